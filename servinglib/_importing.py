@@ -1,0 +1,77 @@
+"""Import a user's Model class from ``package.module:Class`` or ``path/file.py:Class``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from servinglib.errors import ModelLoadError
+from servinglib.model import Model
+
+__all__ = ["import_model_class"]
+
+_file_modules: dict[Path, ModuleType] = {}
+
+
+def import_model_class(class_ref: str, root: Path, python_path: Sequence[Path] = ()) -> type[Model]:
+    """Return the :class:`Model` subclass named by ``class_ref``.
+
+    ``package.module:Class`` is imported with ``root`` and ``python_path`` on ``sys.path``;
+    ``path/file.py:Class`` is loaded from that file, which must lie inside ``root``.
+
+    Raises:
+        ModelLoadError: the module or class is missing or is not a Model subclass.
+    """
+    module_ref, _, class_name = class_ref.partition(":")
+    if module_ref.endswith(".py"):
+        module = _import_file(module_ref, root)
+    else:
+        for entry in (root, *python_path):
+            if str(entry) not in sys.path:
+                sys.path.insert(0, str(entry))
+        try:
+            module = importlib.import_module(module_ref)
+        except ImportError as e:
+            raise ModelLoadError(
+                f"cannot import module {module_ref!r} for class {class_ref!r}: {e}; check the "
+                f"`class` key and that the module is importable from {root}"
+            ) from e
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ModelLoadError(
+            f"module {module_ref!r} has no attribute {class_name!r}; check the `class` key"
+        )
+    if not (isinstance(cls, type) and issubclass(cls, Model)):
+        raise ModelLoadError(
+            f"{class_ref!r} is not a subclass of servinglib.Model; derive it from servinglib.Model"
+        )
+    return cls
+
+
+def _import_file(relative: str, root: Path) -> ModuleType:
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise ModelLoadError(f"model file {relative!r} lies outside {root}; keep it inside")
+    if path in _file_modules:
+        return _file_modules[path]
+    if not path.is_file():
+        raise ModelLoadError(f"model file {relative!r} ({path}) does not exist")
+    # A private, unique module name per file so two teams' `model.py` never collide.
+    name = "servinglib_user_models." + re.sub(r"\W", "_", str(path.relative_to(root.resolve())))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"cannot load model file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[name]
+        raise ModelLoadError(f"importing {path} raised {type(e).__name__}: {e}") from e
+    _file_modules[path] = module
+    return module

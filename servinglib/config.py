@@ -1,0 +1,281 @@
+"""Load ``servinglib.yaml``, validate it against the shipped JSON Schema, apply overrides.
+
+Every error names the file, the key path and the fix::
+
+    >>> load_config("servinglib.yaml")          # doctest: +SKIP
+    ConfigError: servinglib.yaml: models[0].default_version: missing required key ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from servinglib.errors import ConfigError
+
+__all__ = [
+    "ENV_PREFIX",
+    "ModelConfig",
+    "ServerConfig",
+    "ServiceConfig",
+    "config_schema",
+    "load_config",
+    "resolve_inside",
+]
+
+ENV_PREFIX = "SERVINGLIB_"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """HTTP server settings (``server:`` in servinglib.yaml)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 2
+    threads: int = 8
+    timeout_s: int = 30
+    keepalive_s: int = 75
+    graceful_timeout_s: int = 30
+    max_request_body_bytes: int = 8 * 1024 * 1024
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One entry of ``models:``; paths are already resolved and contained."""
+
+    name: str
+    class_ref: str
+    repository: Path
+    default_version: str
+    versions: tuple[str, ...] | None = None
+    input_schema: Mapping[str, Any] | None = None
+    require_self_tests: bool = True
+    key_path: str = ""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """A whole validated ``servinglib.yaml``."""
+
+    service: str
+    source: Path
+    models: tuple[ModelConfig, ...]
+    server: ServerConfig = field(default_factory=ServerConfig)
+    team: str = ""
+    python_path: tuple[Path, ...] = ()
+
+    @property
+    def root(self) -> Path:
+        """Directory of the config file; every relative path is resolved against it."""
+        return self.source.parent
+
+
+@cache
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of servinglib.yaml shipped in the package."""
+    return _read_schema("servinglib.schema.json")
+
+
+def _read_schema(name: str) -> dict[str, Any]:
+    text = resources.files("servinglib.schema").joinpath(name).read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def load_config(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """Read, override from ``SERVINGLIB_*`` variables, validate and resolve a config file.
+
+    Args:
+        path: the servinglib.yaml file.
+        environ: environment used for overrides; defaults to ``os.environ``.
+
+    Raises:
+        ConfigError: naming the file, key path and fix for the first problems found.
+    """
+    source = Path(path).resolve()
+    label = str(path)
+    try:
+        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise ConfigError(
+            "file not found; pass --config PATH or set SERVINGLIB_CONFIG", source=label
+        ) from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {e}", source=label) from e
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            "the top level must be a mapping with `service` and `models`", source=label
+        )
+    raw = _apply_env_overrides(raw, os.environ if environ is None else environ)
+    validate_against_schema(raw, config_schema(), label)
+    return _build(raw, source, label)
+
+
+def validate_against_schema(document: Any, schema: Mapping[str, Any], label: str) -> None:
+    """Raise one :class:`ConfigError` listing every schema violation of ``document``."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(document), key=lambda err: list(err.absolute_path))
+    if not errors:
+        return
+    lines = [f"{_key_path(err.absolute_path) or '<top level>'}: {_explain(err)}" for err in errors]
+    if len(lines) == 1:
+        raise ConfigError(
+            _explain(errors[0]), source=label, key_path=_key_path(errors[0].absolute_path)
+        )
+    raise ConfigError(f"{len(lines)} problems:\n  " + "\n  ".join(lines), source=label)
+
+
+def _key_path(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _explain(err: jsonschema.ValidationError) -> str:
+    """Turn a jsonschema error into a sentence that says how to fix it."""
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted(schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(allowed))
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hints.append(
+                f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
+        return "; ".join(hints) + f"; allowed keys: {', '.join(allowed)}"
+    if err.validator == "required":
+        return f"{err.message}; add it"
+    if err.validator == "pattern":
+        return (
+            f"{err.instance!r} is not allowed here; use lower-case letters, digits, '.', '_' "
+            f"and '-' (pattern {err.validator_value})"
+            if "a-z0-9" in str(err.validator_value)
+            else f"{err.instance!r} does not match {err.validator_value}; expected the form "
+            "`package.module:Class` or `path/file.py:Class`"
+        )
+    if err.validator == "enum":
+        return f"{err.instance!r} is not one of {err.validator_value}"
+    if err.validator == "type":
+        return f"expected {err.validator_value}, got {err.instance!r}"
+    description = schema.get("description")
+    return f"{err.message}" + (f" ({description})" if description else "")
+
+
+def _apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    server_schema = config_schema()["properties"]["server"]["properties"]
+    server = dict(raw.get("server") or {})
+    for key, spec in server_schema.items():
+        var = ENV_PREFIX + key.upper()
+        if var not in environ:
+            continue
+        value = environ[var]
+        if spec.get("type") == "integer":
+            try:
+                server[key] = int(value)
+            except ValueError as e:
+                raise ConfigError(
+                    f"{value!r} is not an integer; set a whole number", source=f"${var}"
+                ) from e
+        else:
+            server[key] = value
+    if server:
+        raw = {**raw, "server": server}
+    return raw
+
+
+def resolve_inside(root: Path, relative: str, *, label: str, key_path: str) -> Path:
+    """Resolve ``relative`` against ``root`` and refuse anything that escapes ``root``."""
+    candidate = (root / relative).resolve()
+    if not candidate.is_relative_to(root.resolve()):
+        raise ConfigError(
+            f"{relative!r} resolves to {candidate}, outside {root}; keep every path inside the "
+            "directory of servinglib.yaml",
+            source=label,
+            key_path=key_path,
+        )
+    return candidate
+
+
+def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
+    root = source.parent
+    server = ServerConfig(**raw.get("server", {}))
+    python_path = tuple(
+        resolve_inside(root, entry, label=label, key_path=f"python_path[{i}]")
+        for i, entry in enumerate(raw.get("python_path", []))
+    )
+    models: list[ModelConfig] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw["models"]):
+        where = f"models[{i}]"
+        name = entry["name"]
+        if name in seen:
+            raise ConfigError(
+                f"model {name!r} is declared twice; give each model a unique name",
+                source=label,
+                key_path=f"{where}.name",
+            )
+        seen.add(name)
+        repository = resolve_inside(
+            root, entry["repository"], label=label, key_path=f"{where}.repository"
+        )
+        if not repository.is_dir():
+            raise ConfigError(
+                f"model repository {entry['repository']!r} ({repository}) is not a directory; "
+                "create it with one sub-directory per version",
+                source=label,
+                key_path=f"{where}.repository",
+            )
+        versions = tuple(entry["versions"]) if "versions" in entry else None
+        default = entry["default_version"]
+        if versions is not None and default not in versions:
+            raise ConfigError(
+                f"default_version {default!r} is not in versions {list(versions)}; add it or "
+                "pick one of them",
+                source=label,
+                key_path=f"{where}.default_version",
+            )
+        if "input_schema" in entry:
+            try:
+                jsonschema.Draft202012Validator.check_schema(entry["input_schema"])
+            except jsonschema.SchemaError as e:
+                raise ConfigError(
+                    f"not a valid JSON Schema: {e.message}",
+                    source=label,
+                    key_path=f"{where}.input_schema",
+                ) from e
+        models.append(
+            ModelConfig(
+                name=name,
+                class_ref=entry["class"],
+                repository=repository,
+                default_version=default,
+                versions=versions,
+                input_schema=entry.get("input_schema"),
+                require_self_tests=entry.get("require_self_tests", True),
+                key_path=where,
+            )
+        )
+    return ServiceConfig(
+        service=raw["service"],
+        team=raw.get("team", ""),
+        source=source,
+        python_path=python_path,
+        server=server,
+        models=tuple(models),
+    )

@@ -1,0 +1,124 @@
+"""The one exception tree of servinglib.
+
+Every error servinglib raises on purpose derives from :class:`ServinglibError`, so a caller
+(the CLI, the HTTP layer, a team's own code) can catch the base once::
+
+    ServinglibError
+    ├── ConfigError               servinglib.yaml or a referenced file is wrong
+    ├── SelfTestDataError         a test_data.json file is malformed
+    ├── ModelLoadError            a model class could not be imported, built or loaded
+    ├── ModelNotFoundError        the request names a model that is not configured
+    ├── VersionNotFoundError      the request names a version the model does not have
+    ├── ModelNotReadyError        the version exists but is not READY (loading or FAILED)
+    ├── InvalidInputError         the request body or features are invalid
+    │   └── UnsupportedRequestError   a feature of a protocol we do not serve
+    └── PredictionError           the model raised while answering a request
+
+HTTP status codes live only in ``servinglib.http``; this module knows nothing about HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ConfigError",
+    "InvalidInputError",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "ModelNotReadyError",
+    "PredictionError",
+    "SelfTestDataError",
+    "ServinglibError",
+    "UnsupportedRequestError",
+    "VersionNotFoundError",
+]
+
+
+class ServinglibError(Exception):
+    """Base of every error servinglib raises on purpose."""
+
+
+class ConfigError(ServinglibError):
+    """A configuration file, or something it refers to, is invalid.
+
+    Args:
+        message: what is wrong and how to fix it.
+        source: the file the value came from.
+        key_path: where in that file, e.g. ``models[0].default_version``.
+    """
+
+    def __init__(self, message: str, *, source: str = "", key_path: str = "") -> None:
+        self.source = source
+        self.key_path = key_path
+        where = ": ".join(part for part in (source, key_path) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class SelfTestDataError(ConfigError):
+    """A ``test_data.json`` file is malformed."""
+
+
+class ModelLoadError(ServinglibError):
+    """A model version could not be imported, instantiated or loaded."""
+
+
+class ModelNotFoundError(ServinglibError):
+    """The requested model is not configured."""
+
+    def __init__(self, model: str, available: Sequence[str]) -> None:
+        self.model = model
+        self.available = list(available)
+        super().__init__(
+            f"unknown model {model!r}; available models: {', '.join(self.available) or 'none'}"
+        )
+
+
+class VersionNotFoundError(ServinglibError):
+    """The requested version does not exist for this model."""
+
+    def __init__(self, model: str, version: str, available: Sequence[str]) -> None:
+        self.model = model
+        self.version = version
+        self.available = list(available)
+        super().__init__(
+            f"model {model!r} has no version {version!r}; "
+            f"available versions: {', '.join(self.available) or 'none'}"
+        )
+
+
+class ModelNotReadyError(ServinglibError):
+    """The version exists but cannot answer: it is still loading, or it FAILED."""
+
+    def __init__(self, model: str, version: str, state: str, reason: str = "") -> None:
+        self.model = model
+        self.version = version
+        self.state = state
+        self.reason = reason
+        detail = f" ({reason})" if reason else ""
+        super().__init__(f"model {model!r} version {version!r} is {state}{detail}")
+
+
+class InvalidInputError(ServinglibError):
+    """The request is malformed or its features fail validation."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class UnsupportedRequestError(InvalidInputError):
+    """The request asks for a protocol feature servinglib does not implement."""
+
+
+class PredictionError(ServinglibError):
+    """The model raised while answering; ``error_id`` ties the response to the log line."""
+
+    def __init__(self, model: str, version: str, error_id: str) -> None:
+        self.model = model
+        self.version = version
+        self.error_id = error_id
+        super().__init__(
+            f"model {model!r} version {version!r} failed to answer; "
+            f"see the server log for error id {error_id}"
+        )

@@ -1,0 +1,350 @@
+"""Decode and encode Open Inference Protocol v2 tensors: JSON and the binary extension.
+
+Binary tensor data extension (Triton/KServe): the body is a JSON header of
+``Inference-Header-Content-Length`` bytes followed by raw tensor bytes, in the order of the
+inputs whose ``parameters.binary_data_size`` is set. Numbers are little-endian, row-major;
+BYTES elements are each a 4-byte little-endian length followed by the bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from servinglib.errors import InvalidInputError, UnsupportedRequestError
+
+__all__ = ["DATATYPES", "InferRequest", "datatype_of", "decode_request", "encode_response"]
+
+# Open Inference datatype -> little-endian NumPy dtype (None: BYTES, handled separately).
+DATATYPES: dict[str, str | None] = {
+    "BOOL": "|b1",
+    "UINT8": "|u1",
+    "UINT16": "<u2",
+    "UINT32": "<u4",
+    "UINT64": "<u8",
+    "INT8": "|i1",
+    "INT16": "<i2",
+    "INT32": "<i4",
+    "INT64": "<i8",
+    "FP16": "<f2",
+    "FP32": "<f4",
+    "FP64": "<f8",
+    "BF16": "<u2",  # decoded to FP32 (exact: every BF16 value is an FP32 value)
+    "BYTES": None,
+}
+
+MAX_ELEMENTS = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RequestedOutput:
+    """An entry of the request's ``outputs`` list."""
+
+    name: str
+    binary: bool
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A decoded v2 inference request."""
+
+    id: str | None
+    inputs: dict[str, np.ndarray]
+    outputs: tuple[RequestedOutput, ...] | None
+    binary_output_default: bool
+
+
+def decode_request(body: bytes, header_length: int | None) -> InferRequest:
+    """Parse a v2 infer body (JSON, or JSON header + binary tensors).
+
+    Raises:
+        InvalidInputError: the body does not follow the protocol; the message says where.
+    """
+    if header_length is None:
+        header_bytes, binary = body, b""
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise InvalidInputError(
+                f"Inference-Header-Content-Length is {header_length} but the body has "
+                f"{len(body)} bytes; it must be the length of the JSON header"
+            )
+        header_bytes, binary = body[:header_length], body[header_length:]
+    try:
+        header = json.loads(header_bytes)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"request body is not valid JSON: {e}") from e
+    if not isinstance(header, dict):
+        raise InvalidInputError("request body must be a JSON object with an `inputs` list")
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise InvalidInputError("`inputs` must be a non-empty list of tensors")
+    request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidInputError("`id` must be a string")
+    params = _parameters(header, "request")
+    inputs: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, raw in enumerate(raw_inputs):
+        where = f"inputs[{i}]"
+        if not isinstance(raw, dict):
+            raise InvalidInputError(f"{where} must be an object with name, shape, datatype, data")
+        name, shape, datatype = _tensor_header(raw, where)
+        if name in inputs:
+            raise InvalidInputError(f"{where}: input {name!r} appears twice")
+        size = _parameters(raw, where).get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise InvalidInputError(
+                    f"{where}.parameters.binary_data_size must be an integer >= 0"
+                )
+            if offset + size > len(binary):
+                raise InvalidInputError(
+                    f"{where} ({name!r}) declares {size} binary bytes but only "
+                    f"{len(binary) - offset} remain after the JSON header"
+                )
+            inputs[name] = _from_binary(binary[offset : offset + size], shape, datatype, where)
+            offset += size
+        else:
+            if "data" not in raw:
+                raise InvalidInputError(
+                    f"{where} ({name!r}) has neither `data` nor binary_data_size"
+                )
+            inputs[name] = _from_json(raw["data"], shape, datatype, where)
+    if offset != len(binary):
+        raise InvalidInputError(
+            f"{len(binary) - offset} bytes after the last binary tensor are not claimed by any "
+            "input's binary_data_size"
+        )
+    binary_default = bool(params.get("binary_data_output", False))
+    outputs = _requested_outputs(header["outputs"], binary_default) if "outputs" in header else None
+    return InferRequest(request_id, inputs, outputs, binary_default)
+
+
+def _requested_outputs(raw_outputs: Any, binary_default: bool) -> tuple[RequestedOutput, ...]:
+    if not isinstance(raw_outputs, list):
+        raise InvalidInputError("`outputs` must be a list of {name, parameters}")
+    requested = []
+    for i, raw in enumerate(raw_outputs):
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise InvalidInputError(f"outputs[{i}] must be an object with a string `name`")
+        out_params = _parameters(raw, f"outputs[{i}]")
+        if "classification" in out_params:
+            raise UnsupportedRequestError(
+                f"outputs[{i}]: the classification extension is not supported; return "
+                "class labels from predict() instead"
+            )
+        binary = bool(out_params.get("binary_data", binary_default))
+        requested.append(RequestedOutput(raw["name"], binary))
+    return tuple(requested)
+
+
+def _parameters(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    params = obj.get("parameters", {})
+    if not isinstance(params, dict):
+        raise InvalidInputError(f"{where}.parameters must be an object")
+    return params
+
+
+def _tensor_header(raw: Mapping[str, Any], where: str) -> tuple[str, tuple[int, ...], str]:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"{where}.name must be a non-empty string")
+    shape = raw.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise InvalidInputError(f"{where} ({name!r}).shape must be a list of integers >= 0")
+    datatype = raw.get("datatype")
+    if datatype not in DATATYPES:
+        raise InvalidInputError(
+            f"{where} ({name!r}).datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
+        )
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise InvalidInputError(f"{where} ({name!r}) has more than {MAX_ELEMENTS} elements")
+    return name, tuple(shape), str(datatype)
+
+
+def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+    count = math.prod(shape)
+    if datatype == "BYTES":
+        elements = []
+        pos = 0
+        while pos < len(data):
+            if pos + 4 > len(data):
+                raise InvalidInputError(f"{where}: truncated BYTES element length prefix")
+            (length,) = struct.unpack_from("<I", data, pos)
+            pos += 4
+            if pos + length > len(data):
+                raise InvalidInputError(f"{where}: BYTES element of {length} bytes is truncated")
+            elements.append(data[pos : pos + length])
+            pos += length
+        if len(elements) != count:
+            raise InvalidInputError(
+                f"{where}: {len(elements)} BYTES elements for shape {list(shape)}"
+            )
+        array = np.empty(count, dtype=object)
+        array[:] = elements
+        return array.reshape(shape)
+    dtype = np.dtype(DATATYPES[datatype])
+    if len(data) != count * dtype.itemsize:
+        raise InvalidInputError(
+            f"{where}: {len(data)} binary bytes for shape {list(shape)} of {datatype} "
+            f"(expected {count * dtype.itemsize})"
+        )
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)
+    if datatype == "BF16":
+        return (array.astype(np.uint32) << 16).view(np.float32)
+    return array.astype(dtype.newbyteorder("="), copy=True)
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+    flat = _flatten(data)
+    count = math.prod(shape)
+    if len(flat) != count:
+        raise InvalidInputError(
+            f"{where}: {len(flat)} values for shape {list(shape)} ({count} expected)"
+        )
+    if datatype == "BYTES":
+        if not all(isinstance(v, str) for v in flat):
+            raise InvalidInputError(f"{where}: BYTES data must be strings")
+        array = np.empty(count, dtype=object)
+        array[:] = [v.encode("utf-8") for v in flat]
+        return array.reshape(shape)
+    if datatype == "BOOL":
+        if not all(isinstance(v, bool) for v in flat):
+            raise InvalidInputError(f"{where}: BOOL data must be true/false")
+        return np.array(flat, dtype=bool).reshape(shape)
+    integer = datatype.startswith(("INT", "UINT"))
+    for v in flat:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or (integer and not isinstance(v, int))
+        ):
+            kind = "integers" if integer else "numbers"
+            raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {v!r}")
+    if datatype == "BF16":
+        return np.array(flat, dtype=np.float32).reshape(shape)
+    dtype = np.dtype(DATATYPES[datatype]).newbyteorder("=")
+    if integer and flat:
+        info = np.iinfo(dtype)
+        low, high = min(flat), max(flat)
+        if low < info.min or high > info.max:
+            raise InvalidInputError(f"{where}: value out of range for {datatype}")
+    return np.array(flat, dtype=dtype).reshape(shape)
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """Open Inference datatype of a NumPy array (strings and objects are BYTES)."""
+    kind = array.dtype.kind
+    if kind in "USO":
+        return "BYTES"
+    if kind == "b":
+        return "BOOL"
+    names = {"i": "INT", "u": "UINT", "f": "FP"}
+    if kind in names:
+        return f"{names[kind]}{array.dtype.itemsize * 8}"
+    raise TypeError(f"dtype {array.dtype} has no Open Inference datatype")
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+
+def encode_response(
+    model: str,
+    *,
+    version: str,
+    request_id: str | None,
+    outputs: Mapping[str, Any],
+    requested: Sequence[RequestedOutput] | None,
+    binary_default: bool,
+) -> tuple[bytes, int | None]:
+    """Encode outputs; returns the body and the JSON header length when binary is used.
+
+    Raises:
+        InvalidInputError: a requested output does not exist.
+        TypeError: the model returned something that is not tensor-like.
+    """
+    if requested is None:
+        chosen = [(name, binary_default) for name in outputs]
+    else:
+        missing = [r.name for r in requested if r.name not in outputs]
+        if missing:
+            raise InvalidInputError(
+                f"model {model!r} has no output(s) {missing}; its outputs are {sorted(outputs)}"
+            )
+        chosen = [(r.name, r.binary) for r in requested]
+    tensors = []
+    chunks: list[bytes] = []
+    for name, binary in chosen:
+        array = np.asarray(outputs[name])
+        if array.ndim == 0:
+            array = array.reshape(1)
+        datatype = datatype_of(array)
+        tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if binary:
+            raw = _tensor_bytes(array, datatype)
+            tensor["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            tensor["data"] = _tensor_json(array, datatype, name)
+        tensors.append(tensor)
+    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
+    if request_id is not None:
+        body["id"] = request_id
+    header = json.dumps(body, separators=(",", ":")).encode("utf-8")
+    if not chunks:
+        return header, None
+    return header + b"".join(chunks), len(header)
+
+
+def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    if datatype == "BYTES":
+        parts = []
+        for value in array.reshape(-1):
+            raw = _as_bytes(value)
+            parts.append(struct.pack("<I", len(raw)) + raw)
+        return b"".join(parts)
+    dtype = DATATYPES[datatype]
+    assert dtype is not None
+    return np.ascontiguousarray(array, dtype=np.dtype(dtype)).tobytes()
+
+
+def _tensor_json(array: np.ndarray, datatype: str, name: str) -> list[Any]:
+    flat = array.reshape(-1)
+    if datatype != "BYTES":
+        values: list[Any] = flat.tolist()
+        return values
+    out = []
+    for value in flat:
+        try:
+            out.append(value.decode("utf-8") if isinstance(value, bytes) else str(value))
+        except UnicodeDecodeError as e:
+            raise InvalidInputError(
+                f"output {name!r} holds bytes that are not UTF-8; request it with "
+                '"parameters": {"binary_data": true}'
+            ) from e
+    return out

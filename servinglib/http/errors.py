@@ -1,0 +1,87 @@
+"""The one place that maps servinglib errors to HTTP statuses; every error body is JSON."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from servinglib.errors import (
+    InvalidInputError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    PredictionError,
+    ServinglibError,
+    VersionNotFoundError,
+)
+
+__all__ = ["OUTCOMES", "error_response", "register_error_handlers", "status_for"]
+
+log = logging.getLogger("servinglib.http")
+
+_STATUS: tuple[tuple[type[ServinglibError], int], ...] = (
+    (InvalidInputError, 400),
+    (ModelNotFoundError, 404),
+    (VersionNotFoundError, 404),
+    (ModelNotReadyError, 503),
+    (ModelLoadError, 503),
+    (PredictionError, 500),
+)
+
+# Request outcome label (metrics) by status code.
+OUTCOMES = {
+    200: "success",
+    400: "invalid_input",
+    404: "not_found",
+    405: "invalid_input",
+    413: "too_large",
+    415: "invalid_input",
+    500: "model_error",
+    503: "not_ready",
+}
+
+
+def status_for(error: ServinglibError) -> int:
+    """HTTP status for a servinglib error."""
+    for cls, status in _STATUS:
+        if isinstance(error, cls):
+            return status
+    return 500
+
+
+def error_response(message: str, status: int) -> Response:
+    """A JSON ``{"error": message}`` response (the Open Inference error shape)."""
+    response = jsonify(error=message)
+    response.status_code = status
+    return response
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Turn every exception into a JSON error: never an HTML page, never a traceback."""
+
+    @app.errorhandler(ServinglibError)
+    def _servinglib_error(error: ServinglibError) -> Response:
+        response = error_response(str(error), status_for(error))
+        if isinstance(error, ModelNotReadyError):
+            response.headers["Retry-After"] = "5"
+        return response
+
+    @app.errorhandler(HTTPException)
+    def _http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        message = error.description or error.name
+        if status == 413:
+            limit = app.config.get("MAX_CONTENT_LENGTH")
+            message = f"request body larger than the limit of {limit} bytes; send a smaller body"
+        return error_response(message, status)
+
+    @app.errorhandler(Exception)
+    def _unexpected(error: Exception) -> Response:
+        error_id = uuid.uuid4().hex[:12]
+        log.error("unhandled error (error id %s)", error_id, exc_info=error)
+        return error_response(
+            f"internal server error; see the server log for error id {error_id}", 500
+        )

@@ -1,0 +1,290 @@
+"""Model versions and their lifecycle: discover, load, self-test, warm up, serve.
+
+Each version of each model moves through one state machine per worker process::
+
+    DISCOVERED → LOADING → SELF_TEST → WARMING → READY
+                    ╰──────────┴──────────┴────→ FAILED(reason)
+
+A FAILED version never answers; other versions and models are unaffected. The server is
+ready when every model's ``default_version`` is READY.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from servinglib._importing import import_model_class
+from servinglib.config import ModelConfig, ServiceConfig
+from servinglib.errors import (
+    ModelNotFoundError,
+    ModelNotReadyError,
+    ServinglibError,
+    VersionNotFoundError,
+)
+from servinglib.model import Model, SelfTestCase
+from servinglib.selftest import SelfTestReport, compare_outputs, load_test_data, run_selftests
+
+__all__ = [
+    "NAME_PATTERN",
+    "LifecycleListener",
+    "ModelRegistry",
+    "VersionRecord",
+    "VersionState",
+    "discover_versions",
+]
+
+log = logging.getLogger("servinglib.registry")
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+class VersionState(enum.Enum):
+    """Where a model version is in its lifecycle."""
+
+    DISCOVERED = "DISCOVERED"
+    LOADING = "LOADING"
+    SELF_TEST = "SELF_TEST"
+    WARMING = "WARMING"
+    READY = "READY"
+    FAILED = "FAILED"
+
+
+class LifecycleListener(Protocol):
+    """Told about lifecycle events; the metrics layer implements it."""
+
+    def version_state(self, model: str, version: str, state: VersionState) -> None:
+        """A version entered ``state``."""
+
+    def version_loaded(self, model: str, version: str, duration_s: float) -> None:
+        """``load()`` returned after ``duration_s`` seconds."""
+
+    def version_self_tested(
+        self, model: str, version: str, duration_s: float, passed: bool
+    ) -> None:
+        """The self-tests of a version ran."""
+
+
+@dataclass
+class VersionRecord:
+    """One version of one model in this worker."""
+
+    model: str
+    version: str
+    path: Path
+    state: VersionState = VersionState.DISCOVERED
+    reason: str = ""
+    instance: Model | None = None
+    load_s: float = 0.0
+    selftest_s: float = 0.0
+    report: SelfTestReport = field(default_factory=SelfTestReport)
+
+
+def _version_sort_key(version: str) -> tuple[int, int | str]:
+    return (0, int(version)) if version.isdigit() else (1, version)
+
+
+def discover_versions(model: ModelConfig) -> list[str]:
+    """Version directories of a model's repository (or its explicit ``versions`` list)."""
+    if model.versions is not None:
+        return sorted(model.versions, key=_version_sort_key)
+    found = []
+    for child in model.repository.iterdir():
+        if not child.is_dir() or child.name.startswith(("_", ".")):
+            continue
+        if NAME_PATTERN.match(child.name):
+            found.append(child.name)
+        else:
+            log.warning(
+                "ignoring directory %s: not a valid version name (%s)", child, NAME_PATTERN.pattern
+            )
+    return sorted(found, key=_version_sort_key)
+
+
+class ModelRegistry:
+    """Every configured model version of one worker, with its state.
+
+    Example::
+
+        registry = ModelRegistry(load_config("servinglib.yaml"))
+        registry.load_all()
+        record = registry.get("eta")          # the READY default version
+        record.instance.predict({"distance_km": 2.0})
+    """
+
+    def __init__(self, config: ServiceConfig, listener: LifecycleListener | None = None) -> None:
+        self._config = config
+        self._listener = listener
+        self._lock = threading.Lock()
+        self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
+        self._versions: dict[str, dict[str, VersionRecord]] = {}
+        for model in config.models:
+            records = {}
+            for version in discover_versions(model):
+                path = model.repository / version
+                records[version] = VersionRecord(model.name, version, path)
+            self._versions[model.name] = records
+
+    @property
+    def config(self) -> ServiceConfig:
+        """The configuration this registry was built from."""
+        return self._config
+
+    def model_names(self) -> list[str]:
+        """Configured model names, in config order."""
+        return list(self._models)
+
+    def model_config(self, model: str) -> ModelConfig:
+        """Configuration of ``model``; raises ModelNotFoundError."""
+        try:
+            return self._models[model]
+        except KeyError:
+            raise ModelNotFoundError(model, self.model_names()) from None
+
+    def records(self, model: str) -> list[VersionRecord]:
+        """Every version of ``model``, whatever its state."""
+        self.model_config(model)
+        return list(self._versions[model].values())
+
+    def record(self, model: str, version: str | None = None) -> VersionRecord:
+        """The record of one version (default version when ``version`` is None)."""
+        config = self.model_config(model)
+        version = config.default_version if version is None else version
+        try:
+            return self._versions[model][version]
+        except KeyError:
+            raise VersionNotFoundError(model, version, list(self._versions[model])) from None
+
+    def get(self, model: str, version: str | None = None) -> VersionRecord:
+        """The READY record that should answer; raises if there is none."""
+        record = self.record(model, version)
+        if record.state is not VersionState.READY:
+            raise ModelNotReadyError(model, record.version, record.state.value, record.reason)
+        return record
+
+    def is_ready(self) -> bool:
+        """True when every model's default version is READY."""
+        return all(
+            self._versions[name].get(cfg.default_version) is not None
+            and self._versions[name][cfg.default_version].state is VersionState.READY
+            for name, cfg in self._models.items()
+        )
+
+    def load_all(self) -> None:
+        """Load every discovered version of every model; failures only mark that version."""
+        for model in self._models.values():
+            if model.default_version not in self._versions[model.name]:
+                log.error(
+                    "model %r: default_version %r has no directory in %s",
+                    model.name,
+                    model.default_version,
+                    model.repository,
+                )
+            for record in self._versions[model.name].values():
+                self.load_version(model, record)
+
+    def load_version(self, model: ModelConfig, record: VersionRecord) -> VersionRecord:
+        """Drive one version through its lifecycle to READY or FAILED."""
+        self._set_state(record, VersionState.DISCOVERED)
+        try:
+            self._set_state(record, VersionState.LOADING)
+            instance = self._load_instance(model, record)
+            self._set_state(record, VersionState.SELF_TEST)
+            cases = self._self_test(model, record, instance)
+            self._set_state(record, VersionState.WARMING)
+            self._warm_up(record, instance, cases)
+        except Exception as e:
+            record.reason = str(e) if isinstance(e, ServinglibError) else f"{type(e).__name__}: {e}"
+            log.error(
+                "model %r version %r FAILED: %s",
+                record.model,
+                record.version,
+                record.reason,
+                exc_info=not isinstance(e, ServinglibError),
+            )
+            record.instance = None
+            self._set_state(record, VersionState.FAILED)
+            return record
+        record.instance = instance
+        record.reason = ""
+        self._set_state(record, VersionState.READY)
+        log.info(
+            "model %r version %r READY (load %.3fs, self-test %.3fs, %d cases)",
+            record.model,
+            record.version,
+            record.load_s,
+            record.selftest_s,
+            len(record.report.cases),
+        )
+        return record
+
+    def _load_instance(self, model: ModelConfig, record: VersionRecord) -> Model:
+        cls = import_model_class(model.class_ref, self._config.root, self._config.python_path)
+        started = time.perf_counter()
+        instance = cls()
+        try:
+            instance.load(record.path)
+        except Exception as e:
+            raise _LoadFailedError(f"load() raised {type(e).__name__}: {e}") from e
+        finally:
+            record.load_s = time.perf_counter() - started
+            if self._listener:
+                self._listener.version_loaded(record.model, record.version, record.load_s)
+        return instance
+
+    def _self_test(
+        self, model: ModelConfig, record: VersionRecord, instance: Model
+    ) -> list[SelfTestCase]:
+        cases = load_test_data(record.path) + list(instance.self_test_cases())
+        if not cases:
+            if model.require_self_tests:
+                raise _LoadFailedError(
+                    f"no self-test cases: add {record.path / 'test_data.json'} or set "
+                    "require_self_tests: false for this model"
+                )
+            return cases
+        started = time.perf_counter()
+        record.report = run_selftests(instance, cases)
+        record.selftest_s = time.perf_counter() - started
+        if self._listener:
+            self._listener.version_self_tested(
+                record.model, record.version, record.selftest_s, record.report.passed
+            )
+        if not record.report.passed:
+            raise _LoadFailedError(record.report.failure_summary())
+        return cases
+
+    @staticmethod
+    def _warm_up(record: VersionRecord, instance: Model, cases: Sequence[SelfTestCase]) -> None:
+        """Exercise the batch path with the self-test inputs; it must agree with predict()."""
+        if not cases:
+            return
+        outputs = instance.predict_batch([case.input for case in cases])
+        if len(outputs) != len(cases):
+            raise _LoadFailedError(
+                f"predict_batch returned {len(outputs)} results for {len(cases)} inputs"
+            )
+        for case, output in zip(cases, outputs, strict=True):
+            problems = compare_outputs(case.expected, output, case.tolerance)
+            if problems:
+                raise _LoadFailedError(
+                    f"predict_batch disagrees with the expected output of self-test "
+                    f"{case.name!r}: {problems[0]}"
+                )
+
+    def _set_state(self, record: VersionRecord, state: VersionState) -> None:
+        with self._lock:
+            record.state = state
+        if self._listener:
+            self._listener.version_state(record.model, record.version, state)
+
+
+class _LoadFailedError(ServinglibError):
+    """Internal: a lifecycle step failed with a readable reason."""

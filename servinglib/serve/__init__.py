@@ -1,0 +1,1 @@
+"""Run the app under gunicorn: the launcher, the shipped config and the worker hooks."""

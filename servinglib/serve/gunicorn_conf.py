@@ -1,0 +1,22 @@
+"""The shipped gunicorn config file.
+
+Use it as ``gunicorn -c python:servinglib.serve.gunicorn_conf servinglib.http.wsgi:app``.
+
+Reads ``SERVINGLIB_CONFIG`` (default ``servinglib.yaml``) and applies its ``server:``
+settings and servinglib's hooks; sets up the Prometheus multiprocess directory before
+anything imports prometheus_client.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from servinglib.config import load_config
+from servinglib.serve.hooks import prepare_metrics_dir
+from servinglib.serve.settings import gunicorn_settings
+
+os.environ.setdefault("SERVINGLIB_CONFIG", "servinglib.yaml")
+prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
+globals().update(gunicorn_settings(load_config(os.environ["SERVINGLIB_CONFIG"]).server))

@@ -1,0 +1,65 @@
+"""gunicorn server hooks: metrics directory hygiene and model loading without timeouts.
+
+Models load inside each worker while gunicorn imports the app, before the worker accepts
+any connection, so a worker gets no traffic until its models have been loaded and
+self-tested. gunicorn kills a worker that stays silent for ``timeout`` seconds, and a long
+``load()`` would look silent; a heartbeat thread tells the master the worker is alive
+until the app has loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["child_exit", "on_starting", "post_fork", "post_worker_init", "prepare_metrics_dir"]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+_booted = threading.Event()
+
+
+def prepare_metrics_dir(default: Path) -> Path:
+    """Set ``PROMETHEUS_MULTIPROC_DIR`` (before prometheus_client is imported) and empty it."""
+    directory = Path(os.environ.get(MULTIPROC_ENV) or default)
+    os.environ[MULTIPROC_ENV] = str(directory)
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    return directory
+
+
+def on_starting(server: Any) -> None:
+    """Master start: wipe metric files a previous run left behind."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if directory:
+        for leftover in Path(directory).glob("*.db"):
+            leftover.unlink()
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """Worker start: keep telling the master we are alive while models load."""
+    _booted.clear()
+    interval = max(0.5, server.cfg.timeout / 4)
+
+    def heartbeat() -> None:
+        while not _booted.wait(interval):
+            worker.notify()
+
+    threading.Thread(target=heartbeat, name="servinglib-boot-heartbeat", daemon=True).start()
+
+
+def post_worker_init(worker: Any) -> None:
+    """Worker has loaded the app (and every model): stop the boot heartbeat."""
+    _booted.set()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Worker gone: drop its live gauges from the aggregated metrics."""
+    if os.environ.get(MULTIPROC_ENV):
+        from servinglib.monitoring.metrics import mark_worker_dead
+
+        mark_worker_dead(worker.pid)

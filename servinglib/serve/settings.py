@@ -1,0 +1,38 @@
+"""gunicorn settings derived from ``server:`` in servinglib.yaml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servinglib.config import ServerConfig
+from servinglib.serve import hooks
+
+__all__ = ["WSGI_APP", "gunicorn_settings"]
+
+WSGI_APP = "servinglib.http.wsgi:app"
+
+
+def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
+    """gunicorn settings for ``server``, with servinglib's lifecycle hooks.
+
+    gthread workers: ONNX Runtime and NumPy release the GIL, so threads overlap model work.
+    ``keepalive`` stays above Envoy's upstream idle timeout (60 s), or Envoy reuses a
+    connection gunicorn just closed and clients see sporadic 503s. ``timeout`` stays above
+    the Envoy route timeout (15 s): a worker killed by gunicorn loses every in-flight request.
+    """
+    return {
+        "bind": [f"{server.host}:{server.port}"],
+        "workers": server.workers,
+        "threads": server.threads,
+        "worker_class": "gthread",
+        "timeout": server.timeout_s,
+        "graceful_timeout": server.graceful_timeout_s,
+        "keepalive": server.keepalive_s,
+        "preload_app": False,  # models load in each worker after fork, never in the master
+        "loglevel": server.log_level,
+        "accesslog": None,  # servinglib writes its own JSON request log
+        "on_starting": hooks.on_starting,
+        "post_fork": hooks.post_fork,
+        "post_worker_init": hooks.post_worker_init,
+        "child_exit": hooks.child_exit,
+    }

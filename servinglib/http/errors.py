@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 from servinglib.errors import (
@@ -64,6 +64,9 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(ServinglibError)
     def _servinglib_error(error: ServinglibError) -> Response:
+        version = getattr(error, "version", None)
+        if isinstance(version, str) and isinstance(error, PredictionError | ModelNotReadyError):
+            g.version = version  # the version that was asked to answer, for metrics and logs
         response = error_response(str(error), status_for(error))
         if isinstance(error, ModelNotReadyError):
             response.headers["Retry-After"] = "5"
@@ -81,6 +84,7 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:
         error_id = uuid.uuid4().hex[:12]
+        g.unexpected_error = True
         log.error("unhandled error (error id %s)", error_id, exc_info=error)
         return error_response(
             f"internal server error; see the server log for error id {error_id}", 500

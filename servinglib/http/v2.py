@@ -120,6 +120,7 @@ def model_infer(model: str, version: str | None = None) -> Response:
     """Run an inference request with JSON or binary tensors."""
     service = _service()
     mark_inference("v2", model_label(service, model))
+    service.registry.record(model, version)  # unknown model or version: 404 before parsing
     header_length = _header_length()
     mimetype = request.mimetype
     if header_length is None and mimetype and mimetype != "application/json":

@@ -1,0 +1,112 @@
+"""Shared fixtures: the fixture service, config writers and a live gunicorn server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from servinglib.http.app import create_app_from_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SERVICE_CONFIG = FIXTURES / "service" / "servinglib.yaml"
+REPO_ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_servinglib_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests must not pick up overrides or metrics directories from the shell."""
+    for key in list(os.environ):
+        if key.startswith("SERVINGLIB_") or key == "PROMETHEUS_MULTIPROC_DIR":
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def service_config() -> Path:
+    """The fixture service: scorer v1/v2 READY, v3 load fails, v4 self-test fails; echo; whoami."""
+    return SERVICE_CONFIG
+
+
+@pytest.fixture
+def client(service_config: Path) -> FlaskClient:
+    """An in-process Flask test client over the fixture service (unit tests of the HTTP layer)."""
+    return create_app_from_config(service_config).test_client()
+
+
+@dataclass
+class LiveServer:
+    """A running ``servinglib serve`` process."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60) -> None:
+    """Poll /readyz until 200; fail with the server log when it dies or times out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"server exited with {process.returncode}:\n{log_path.read_text()}")
+        try:
+            if requests.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"server not ready after {timeout_s}s:\n{log_path.read_text()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it does not exit within 30 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
+    """Start ``servinglib serve`` on a free loopback port; stopped at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(config: Path, *extra: str, env: dict[str, str] | None = None) -> LiveServer:
+        port = free_port()
+        log_path = tmp_path / f"server-{port}.log"
+        command = [sys.executable, "-m", "servinglib.cli", "serve", "--config", str(config),
+                   "--host", "127.0.0.1", "--port", str(port), *extra]
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                       env={**os.environ, **(env or {})}, cwd=tmp_path)
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, process, log_path)
+        return LiveServer(url, process, log_path)
+
+    yield start
+    for process in started:
+        stop(process)

@@ -1,0 +1,121 @@
+"""servinglib.config: schema validation, error messages, overrides, path containment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servinglib.config import load_config
+from servinglib.errors import ConfigError
+
+MODEL = """
+  - name: eta
+    class: models.eta:EtaModel
+    repository: models/eta
+    default_version: "1"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "models" / "eta" / "1").mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "servinglib.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_valid_config_loads_with_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "service: eta-service\nmodels:" + MODEL), environ={})
+    assert config.service == "eta-service"
+    assert config.server.workers == 2
+    assert config.server.keepalive_s > 60  # above Envoy's upstream idle timeout
+    (model,) = config.models
+    assert model.repository == (tmp_path / "models" / "eta").resolve()
+    assert model.default_version == "1"
+    assert model.require_self_tests is True
+
+
+def test_unknown_key_names_file_key_path_and_suggestion(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL + "    default_verison: '2'\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    message = str(info.value)
+    assert str(path) in message
+    assert "models[0]" in message
+    assert "'default_verison'" in message
+    assert "did you mean 'default_version'" in message
+
+
+def test_missing_required_key_says_add_it(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:\n  - name: eta\n    class: a:B\n    repository: models/eta\n")
+    with pytest.raises(ConfigError, match=r"models\[0\].*'default_version' is a required property; add it"):
+        load_config(path, environ={})
+
+
+@pytest.mark.parametrize("name", ["Eta", "eta model", "-eta", "../eta", "e" * 65])
+def test_model_names_must_be_dns_safe(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL.replace("name: eta", f"name: '{name}'"))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.name.*lower-case"):
+        load_config(path, environ={})
+
+
+def test_every_problem_is_listed(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: S\nserver: {workers: 0}\nmodels:" + MODEL)
+    with pytest.raises(ConfigError, match="2 problems") as info:
+        load_config(path, environ={})
+    assert "server.workers" in str(info.value)
+    assert "service" in str(info.value)
+
+
+def test_environment_overrides_server_settings(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nserver: {workers: 2}\nmodels:" + MODEL)
+    config = load_config(path, environ={"SERVINGLIB_WORKERS": "5", "SERVINGLIB_HOST": "0.0.0.0"})
+    assert config.server.workers == 5
+    assert config.server.host == "0.0.0.0"
+
+
+def test_bad_environment_override_names_the_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL)
+    with pytest.raises(ConfigError, match=r"\$SERVINGLIB_PORT.*'eighty' is not an integer"):
+        load_config(path, environ={"SERVINGLIB_PORT": "eighty"})
+    with pytest.raises(ConfigError, match=r"server\.log_level"):
+        load_config(path, environ={"SERVINGLIB_LOG_LEVEL": "loud"})
+
+
+def test_repository_outside_the_config_directory_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL.replace("models/eta", "../../etc"))
+    with pytest.raises(ConfigError, match=r"models\[0\]\.repository.*outside"):
+        load_config(path, environ={})
+
+
+def test_missing_repository_directory(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL.replace("models/eta", "models/nope"))
+    with pytest.raises(ConfigError, match="is not a directory"):
+        load_config(path, environ={})
+
+
+def test_default_version_must_be_among_listed_versions(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL + "    versions: ['2', '3']\n")
+    with pytest.raises(ConfigError, match=r"default_version '1' is not in versions"):
+        load_config(path, environ={})
+
+
+def test_duplicate_model_names(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL + MODEL)
+    with pytest.raises(ConfigError, match="declared twice"):
+        load_config(path, environ={})
+
+
+def test_invalid_input_schema(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL + "    input_schema: {type: 12}\n")
+    with pytest.raises(ConfigError, match=r"input_schema: not a valid JSON Schema"):
+        load_config(path, environ={})
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "absent.yaml", environ={})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("service: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad, environ={})

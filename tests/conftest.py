@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -63,7 +64,9 @@ def free_port() -> int:
         return port
 
 
-def wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60) -> None:
+def wait_ready(
+    url: str, process: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60
+) -> None:
     """Poll /readyz until 200; fail with the server log when it dies or times out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -89,24 +92,62 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+def launch(
+    config: Path,
+    log_dir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+) -> LiveServer:
+    """Start ``servinglib serve`` (or ``command``) on a free loopback port and wait for /readyz."""
+    port = free_port()
+    log_path = log_dir / f"server-{port}.log"
+    if command is None:
+        command = [
+            sys.executable,
+            "-m",
+            "servinglib.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *extra,
+        ]
+    full_env = {**os.environ, "SERVINGLIB_PORT": str(port), **(env or {})}
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env, cwd=log_dir
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, process, log_path)
+    except BaseException:
+        stop(process)
+        raise
+    return LiveServer(url, process, log_path)
+
+
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Callable[..., LiveServer]]:
-    """Start ``servinglib serve`` on a free loopback port; stopped at teardown."""
-    started: list[subprocess.Popen[bytes]] = []
+    """Start servers for one test; every one is stopped at teardown."""
+    started: list[LiveServer] = []
 
-    def start(config: Path, *extra: str, env: dict[str, str] | None = None) -> LiveServer:
-        port = free_port()
-        log_path = tmp_path / f"server-{port}.log"
-        command = [sys.executable, "-m", "servinglib.cli", "serve", "--config", str(config),
-                   "--host", "127.0.0.1", "--port", str(port), *extra]
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                       env={**os.environ, **(env or {})}, cwd=tmp_path)
-        started.append(process)
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(url, process, log_path)
-        return LiveServer(url, process, log_path)
+    def start(config: Path, *extra: str, **kwargs: Any) -> LiveServer:
+        server = launch(config, tmp_path, *extra, **kwargs)
+        started.append(server)
+        return server
 
     yield start
-    for process in started:
-        stop(process)
+    for server in started:
+        stop(server.process)
+
+
+@pytest.fixture(scope="module")
+def fixture_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The fixture service under a real gunicorn with 2 workers, shared by a test module."""
+    server = launch(SERVICE_CONFIG, tmp_path_factory.mktemp("server"), "--workers", "2")
+    yield server
+    stop(server.process)

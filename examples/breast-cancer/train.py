@@ -189,7 +189,7 @@ def train(out: Path, request: Path) -> dict[str, float]:
                 "mean": weights.mean,
                 "scale": weights.scale,
                 "coef": weights.coef,
-                "intercept": np.float64(weights.intercept),
+                "intercept": np.asarray(weights.intercept, dtype=np.float64),
                 "feature_names": np.array(split.feature_names),
             },
         )

@@ -47,8 +47,12 @@ def test_unknown_key_names_file_key_path_and_suggestion(tmp_path: Path) -> None:
 
 
 def test_missing_required_key_says_add_it(tmp_path: Path) -> None:
-    path = write(tmp_path, "service: s\nmodels:\n  - name: eta\n    class: a:B\n    repository: models/eta\n")
-    with pytest.raises(ConfigError, match=r"models\[0\].*'default_version' is a required property; add it"):
+    path = write(
+        tmp_path, "service: s\nmodels:\n  - name: eta\n    class: a:B\n    repository: models/eta\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"models\[0\].*'default_version' is a required property; add it"
+    ):
         load_config(path, environ={})
 
 

@@ -38,10 +38,14 @@ def test_infer_with_an_explicit_version(client: FlaskClient) -> None:
 
 
 def test_request_id_is_echoed_or_generated(client: FlaskClient) -> None:
-    response = infer(client, {"model_id": "scorer", "features": {"x": 1}}, headers={"x-request-id": "abc-123"})
+    response = infer(
+        client, {"model_id": "scorer", "features": {"x": 1}}, headers={"x-request-id": "abc-123"}
+    )
     assert response.headers["x-request-id"] == "abc-123"
     assert response.get_json()["request_id"] == "abc-123"
-    unsafe = infer(client, {"model_id": "scorer", "features": {"x": 1}}, headers={"x-request-id": "a b\x01"})
+    unsafe = infer(
+        client, {"model_id": "scorer", "features": {"x": 1}}, headers={"x-request-id": "a b\x01"}
+    )
     assert unsafe.headers["x-request-id"] != "a b\x01"
     assert len(unsafe.headers["x-request-id"]) == 32
 
@@ -49,12 +53,32 @@ def test_request_id_is_echoed_or_generated(client: FlaskClient) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"model_id": "nope", "features": {}}, 404, "unknown model 'nope'; available models: scorer, echo, whoami"),
-        ({"model_id": "scorer", "version": "9", "features": {"x": 1}}, 404, "available versions: 1, 2, 3, 4"),
-        ({"model_id": "scorer", "version": "3", "features": {"x": 1}}, 503, "is FAILED (load() raised"),
-        ({"model_id": "scorer", "version": "4", "features": {"x": 1}}, 503, "self-test 'wrong expectation'"),
+        (
+            {"model_id": "nope", "features": {}},
+            404,
+            "unknown model 'nope'; available models: scorer, echo, whoami",
+        ),
+        (
+            {"model_id": "scorer", "version": "9", "features": {"x": 1}},
+            404,
+            "available versions: 1, 2, 3, 4",
+        ),
+        (
+            {"model_id": "scorer", "version": "3", "features": {"x": 1}},
+            503,
+            "is FAILED (load() raised",
+        ),
+        (
+            {"model_id": "scorer", "version": "4", "features": {"x": 1}},
+            503,
+            "self-test 'wrong expectation'",
+        ),
         ({"model_id": "scorer", "features": {"y": 1}}, 400, "'x' is a required property"),
-        ({"model_id": "scorer", "features": {"x": "one"}}, 400, "features.x: 'one' is not of type 'number'"),
+        (
+            {"model_id": "scorer", "features": {"x": "one"}},
+            400,
+            "features.x: 'one' is not of type 'number'",
+        ),
         ({"model_id": "scorer"}, 400, "`features` is required"),
         ({"features": {}}, 400, "`model_id` is required"),
         ({"model_id": "scorer", "version": 2, "features": {}}, 400, "`version` must be a string"),
@@ -62,7 +86,9 @@ def test_request_id_is_echoed_or_generated(client: FlaskClient) -> None:
         ([1, 2], 400, "must be a JSON object"),
     ],
 )
-def test_errors_are_json_with_the_right_status(client: FlaskClient, body: Any, status: int, message: str) -> None:
+def test_errors_are_json_with_the_right_status(
+    client: FlaskClient, body: Any, status: int, message: str
+) -> None:
     response = infer(client, body)
     assert response.status_code == status
     assert response.mimetype == "application/json"
@@ -103,7 +129,9 @@ def test_body_too_large_is_413_json(service_config: Path) -> None:
     config = load_config(service_config, environ={})
     registry = ModelRegistry(config)
     registry.load_all()
-    app = create_app(InferenceService(registry), ServingMetrics(), ServerConfig(max_request_body_bytes=2048))
+    app = create_app(
+        InferenceService(registry), ServingMetrics(), ServerConfig(max_request_body_bytes=2048)
+    )
     response = app.test_client().post("/infer", json={"model_id": "echo", "features": "x" * 4096})
     assert response.status_code == 413
     assert "larger than the limit of 2048 bytes" in response.get_json()["error"]
@@ -127,7 +155,8 @@ def test_models_listing_shows_failure_reasons(client: FlaskClient) -> None:
     assert "weights are corrupt" in scorer["3"]["reason"]
     index = client.post("/v2/repository/index").get_json()
     assert {"name": "scorer", "version": "4", "state": "FAILED"}.items() <= next(
-        e for e in index if e["name"] == "scorer" and e["version"] == "4").items()
+        e for e in index if e["name"] == "scorer" and e["version"] == "4"
+    ).items()
     ready_only = client.post("/v2/repository/index", json={"ready": True}).get_json()
     assert all(e["state"] == "READY" for e in ready_only)
 
@@ -150,9 +179,16 @@ def test_v2_metadata_config_and_readiness(client: FlaskClient) -> None:
 
 
 def test_v2_infer_json(client: FlaskClient) -> None:
-    response = client.post("/v2/models/echo/infer", json={"id": "q", "inputs": [
-        {"name": "a", "shape": [2, 2], "datatype": "FP32", "data": [[1.5, 2], [3, 4]]},
-        {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["héllo"]}]})
+    response = client.post(
+        "/v2/models/echo/infer",
+        json={
+            "id": "q",
+            "inputs": [
+                {"name": "a", "shape": [2, 2], "datatype": "FP32", "data": [[1.5, 2], [3, 4]]},
+                {"name": "s", "shape": [1], "datatype": "BYTES", "data": ["héllo"]},
+            ],
+        },
+    )
     assert response.status_code == 200
     body = response.get_json()
     assert body["model_name"] == "echo"
@@ -160,17 +196,33 @@ def test_v2_infer_json(client: FlaskClient) -> None:
     assert body["id"] == "q"
     assert body["outputs"] == [
         {"name": "a", "datatype": "FP32", "shape": [2, 2], "data": [1.5, 2.0, 3.0, 4.0]},
-        {"name": "s", "datatype": "BYTES", "shape": [1], "data": ["héllo"]}]
+        {"name": "s", "datatype": "BYTES", "shape": [1], "data": ["héllo"]},
+    ]
 
 
 def test_v2_infer_binary(client: FlaskClient) -> None:
     array = np.arange(6, dtype=np.float16).reshape(2, 3)
-    header = json.dumps({"inputs": [{"name": "h", "shape": [2, 3], "datatype": "FP16",
-                                     "parameters": {"binary_data_size": array.nbytes}}],
-                         "parameters": {"binary_data_output": True}}).encode()
-    response = client.post("/v2/models/echo/versions/1/infer", data=header + array.tobytes(),
-                           headers={"Inference-Header-Content-Length": str(len(header)),
-                                    "Content-Type": "application/octet-stream"})
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "h",
+                    "shape": [2, 3],
+                    "datatype": "FP16",
+                    "parameters": {"binary_data_size": array.nbytes},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    response = client.post(
+        "/v2/models/echo/versions/1/infer",
+        data=header + array.tobytes(),
+        headers={
+            "Inference-Header-Content-Length": str(len(header)),
+            "Content-Type": "application/octet-stream",
+        },
+    )
     assert response.status_code == 200
     length = int(response.headers["Inference-Header-Content-Length"])
     head = json.loads(response.data[:length])
@@ -185,7 +237,9 @@ def test_v2_errors(client: FlaskClient) -> None:
     assert client.post("/v2/models/nope/infer", json={"inputs": []}).status_code == 404
     wrong_type = client.post("/v2/models/echo/infer", data=b"x", content_type="text/plain")
     assert wrong_type.status_code == 415
-    header = client.post("/v2/models/echo/infer", data=b"{}", headers={"Inference-Header-Content-Length": "x"})
+    header = client.post(
+        "/v2/models/echo/infer", data=b"{}", headers={"Inference-Header-Content-Length": "x"}
+    )
     assert header.status_code == 400
 
 
@@ -204,9 +258,18 @@ def test_metrics_count_requests_by_outcome(client: FlaskClient) -> None:
     infer(client, {"model_id": "scorer", "features": {"x": 1, "explode": True}})
     infer(client, {"model_id": "unknown-model", "features": {}})
     text = client.get("/metrics").get_data(as_text=True)
-    assert 'servinglib_requests_total{model="scorer",outcome="success",protocol="infer",version="2"} 1.0' in text
-    assert 'servinglib_requests_total{model="scorer",outcome="model_error",protocol="infer",version="2"} 1.0' in text
-    assert 'servinglib_requests_total{model="_unknown",outcome="not_found",protocol="infer",version=""} 1.0' in text
+    assert (
+        'servinglib_requests_total{model="scorer",outcome="success",protocol="infer",version="2"} 1.0'
+        in text
+    )
+    assert (
+        'servinglib_requests_total{model="scorer",outcome="model_error",protocol="infer",version="2"} 1.0'
+        in text
+    )
+    assert (
+        'servinglib_requests_total{model="_unknown",outcome="not_found",protocol="infer",version=""} 1.0'
+        in text
+    )
     assert 'servinglib_model_state{model="scorer",state="FAILED",version="3"} 1.0' in text
     assert 'servinglib_model_self_test_passed{model="scorer",version="4"} 0.0' in text
     assert "servinglib_requests_in_flight" in text

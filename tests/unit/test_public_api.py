@@ -9,8 +9,15 @@ import pytest
 
 import servinglib
 
-MODULES = ["servinglib", "servinglib.errors", "servinglib.model", "servinglib.config",
-           "servinglib.selftest", "servinglib.registry", "servinglib.service"]
+MODULES = [
+    "servinglib",
+    "servinglib.errors",
+    "servinglib.model",
+    "servinglib.config",
+    "servinglib.selftest",
+    "servinglib.registry",
+    "servinglib.service",
+]
 
 
 def _isort_style(name: str) -> tuple[int, str]:
@@ -28,8 +35,11 @@ def test_all_is_sorted_and_importable(name: str) -> None:
 
 def test_every_error_is_exported_from_the_package() -> None:
     errors = importlib.import_module("servinglib.errors")
-    classes = {n for n, obj in vars(errors).items()
-               if inspect.isclass(obj) and issubclass(obj, Exception) and not n.startswith("_")}
+    classes = {
+        n
+        for n, obj in vars(errors).items()
+        if inspect.isclass(obj) and issubclass(obj, Exception) and not n.startswith("_")
+    }
     assert classes <= set(servinglib.__all__)
     assert all(issubclass(getattr(servinglib, n), servinglib.ServinglibError) for n in classes)
 

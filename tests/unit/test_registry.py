@@ -11,7 +11,7 @@ from servinglib.config import load_config
 from servinglib.errors import ModelNotFoundError, ModelNotReadyError, VersionNotFoundError
 from servinglib.registry import ModelRegistry, VersionState
 
-MODEL_CODE = '''
+MODEL_CODE = """
 from pathlib import Path
 import servinglib
 
@@ -29,7 +29,7 @@ class BatchLiar(Adder):
 class Declared(Adder):
     def self_test_cases(self):
         return [servinglib.SelfTestCase("declared", {"x": 1.0}, {"y": 100.0})]
-'''
+"""
 
 
 class Recorder:
@@ -47,12 +47,19 @@ class Recorder:
         assert duration_s >= 0
         self.loaded.append((model, version))
 
-    def version_self_tested(self, model: str, version: str, duration_s: float, passed: bool) -> None:
+    def version_self_tested(
+        self, model: str, version: str, duration_s: float, passed: bool
+    ) -> None:
         self.tested.append((model, version, passed))
 
 
-def make_repo(tmp_path: Path, versions: dict[str, tuple[float | None, float]], cls: str = "Adder",
-              default: str = "1", extra: str = "") -> Path:
+def make_repo(
+    tmp_path: Path,
+    versions: dict[str, tuple[float | None, float]],
+    cls: str = "Adder",
+    default: str = "1",
+    extra: str = "",
+) -> Path:
     """versions: name -> (offset written to offset.txt or None for missing, expected y for x=1)."""
     (tmp_path / "adder.py").write_text(MODEL_CODE)
     for version, (offset, expected) in versions.items():
@@ -73,11 +80,16 @@ def make_repo(tmp_path: Path, versions: dict[str, tuple[float | None, float]], c
 
 def test_lifecycle_of_a_good_version(tmp_path: Path) -> None:
     recorder = Recorder()
-    registry = ModelRegistry(load_config(make_repo(tmp_path, {"1": (1.0, 2.0)}), environ={}), recorder)
+    registry = ModelRegistry(
+        load_config(make_repo(tmp_path, {"1": (1.0, 2.0)}), environ={}), recorder
+    )
     registry.load_all()
     assert [s for _, _, s in recorder.states] == [
-        VersionState.DISCOVERED, VersionState.LOADING, VersionState.SELF_TEST,
-        VersionState.WARMING, VersionState.READY,
+        VersionState.DISCOVERED,
+        VersionState.LOADING,
+        VersionState.SELF_TEST,
+        VersionState.WARMING,
+        VersionState.READY,
     ]
     assert recorder.loaded == [("adder", "1")]
     assert recorder.tested == [("adder", "1", True)]
@@ -88,15 +100,24 @@ def test_lifecycle_of_a_good_version(tmp_path: Path) -> None:
 
 
 def test_failures_stay_with_their_version(tmp_path: Path) -> None:
-    config = make_repo(tmp_path, {"1": (1.0, 2.0), "2": (None, 2.0), "3": (5.0, 2.0), "10": (9.0, 10.0)})
+    config = make_repo(
+        tmp_path, {"1": (1.0, 2.0), "2": (None, 2.0), "3": (5.0, 2.0), "10": (9.0, 10.0)}
+    )
     registry = ModelRegistry(load_config(config, environ={}))
     registry.load_all()
     states = {r.version: r.state for r in registry.records("adder")}
-    assert states == {"1": VersionState.READY, "2": VersionState.FAILED,
-                      "3": VersionState.FAILED, "10": VersionState.READY}
+    assert states == {
+        "1": VersionState.READY,
+        "2": VersionState.FAILED,
+        "3": VersionState.FAILED,
+        "10": VersionState.READY,
+    }
     assert [r.version for r in registry.records("adder")] == ["1", "2", "3", "10"]  # numeric order
     assert "load() raised FileNotFoundError" in registry.record("adder", "2").reason
-    assert "self-test 'case-0' failed: $.y: expected 2.0, got 6.0" in registry.record("adder", "3").reason
+    assert (
+        "self-test 'case-0' failed: $.y: expected 2.0, got 6.0"
+        in registry.record("adder", "3").reason
+    )
     with pytest.raises(ModelNotReadyError, match="'3' is FAILED"):
         registry.get("adder", "3")
     assert registry.get("adder", "10").version == "10"

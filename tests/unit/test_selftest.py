@@ -63,10 +63,16 @@ def test_relative_tolerance() -> None:
 
 
 def test_load_test_data_reads_cases_and_defaults(tmp_path: Path) -> None:
-    (tmp_path / "test_data.json").write_text(json.dumps({"cases": [
-        {"input": {"x": 1}, "expected": {"y": 2.0}, "tolerance": {"atol": 0.5}},
-        {"name": "named", "input": [1], "expected": [1]},
-    ]}))
+    (tmp_path / "test_data.json").write_text(
+        json.dumps(
+            {
+                "cases": [
+                    {"input": {"x": 1}, "expected": {"y": 2.0}, "tolerance": {"atol": 0.5}},
+                    {"name": "named", "input": [1], "expected": [1]},
+                ]
+            }
+        )
+    )
     first, second = load_test_data(tmp_path)
     assert first.name == "case-0"
     assert first.tolerance == Tolerance(atol=0.5, rtol=1e-5)

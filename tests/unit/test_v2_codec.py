@@ -31,8 +31,14 @@ def binary_body(tensors: dict[str, np.ndarray]) -> tuple[bytes, int]:
     inputs, chunks = [], []
     for name, array in tensors.items():
         raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
-        inputs.append({"name": name, "shape": list(array.shape), "datatype": name,
-                       "parameters": {"binary_data_size": len(raw)}})
+        inputs.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": name,
+                "parameters": {"binary_data_size": len(raw)},
+            }
+        )
         chunks.append(raw)
     header = json.dumps({"inputs": inputs}).encode()
     return header + b"".join(chunks), len(header)
@@ -41,20 +47,43 @@ def binary_body(tensors: dict[str, np.ndarray]) -> tuple[bytes, int]:
 @pytest.mark.parametrize("datatype", sorted(NUMERIC))
 def test_json_round_trip_is_exact(datatype: str) -> None:
     array = NUMERIC[datatype]
-    body = json.dumps({"id": "r1", "inputs": [
-        {"name": "t", "shape": list(array.shape), "datatype": datatype, "data": array.tolist()}]})
+    body = json.dumps(
+        {
+            "id": "r1",
+            "inputs": [
+                {
+                    "name": "t",
+                    "shape": list(array.shape),
+                    "datatype": datatype,
+                    "data": array.tolist(),
+                }
+            ],
+        }
+    )
     request = decode_request(body.encode(), None)
     decoded = request.inputs["t"]
     assert decoded.dtype == array.dtype
     assert decoded.shape == array.shape
     np.testing.assert_array_equal(decoded, array)
-    payload, json_length = encode_response("m", version="1", request_id=request.id,
-                                           outputs={"t": decoded}, requested=None, binary_default=False)
+    payload, json_length = encode_response(
+        "m",
+        version="1",
+        request_id=request.id,
+        outputs={"t": decoded},
+        requested=None,
+        binary_default=False,
+    )
     assert json_length is None
     out = json.loads(payload)
     assert out["id"] == "r1"
-    assert out["outputs"] == [{"name": "t", "datatype": datatype, "shape": list(array.shape),
-                               "data": array.reshape(-1).tolist()}]
+    assert out["outputs"] == [
+        {
+            "name": "t",
+            "datatype": datatype,
+            "shape": list(array.shape),
+            "data": array.reshape(-1).tolist(),
+        }
+    ]
 
 
 def test_binary_round_trip_of_every_numeric_datatype_is_bit_exact() -> None:
@@ -63,8 +92,14 @@ def test_binary_round_trip_of_every_numeric_datatype_is_bit_exact() -> None:
     for name, array in NUMERIC.items():
         assert request.inputs[name].dtype == array.dtype
         assert request.inputs[name].tobytes() == array.tobytes()
-    payload, json_length = encode_response("m", version="1", request_id=None, outputs=request.inputs,
-                                           requested=None, binary_default=True)
+    payload, json_length = encode_response(
+        "m",
+        version="1",
+        request_id=None,
+        outputs=request.inputs,
+        requested=None,
+        binary_default=True,
+    )
     assert json_length is not None
     header = json.loads(payload[:json_length])
     offset = json_length
@@ -72,7 +107,10 @@ def test_binary_round_trip_of_every_numeric_datatype_is_bit_exact() -> None:
         size = tensor["parameters"]["binary_data_size"]
         expected = NUMERIC[tensor["name"]]
         assert tensor["datatype"] == tensor["name"]
-        assert payload[offset:offset + size] == expected.astype(expected.dtype.newbyteorder("<")).tobytes()
+        assert (
+            payload[offset : offset + size]
+            == expected.astype(expected.dtype.newbyteorder("<")).tobytes()
+        )
         offset += size
     assert offset == len(payload)
 
@@ -80,15 +118,31 @@ def test_binary_round_trip_of_every_numeric_datatype_is_bit_exact() -> None:
 def test_bytes_tensors_in_json_and_binary() -> None:
     strings = ["", "héllo", "a\x00b"]
     raw = b"".join(struct.pack("<I", len(s.encode())) + s.encode() for s in strings)
-    header = json.dumps({"inputs": [
-        {"name": "j", "shape": [3], "datatype": "BYTES", "data": strings},
-        {"name": "b", "shape": [1, 3], "datatype": "BYTES", "parameters": {"binary_data_size": len(raw)}},
-    ], "outputs": [{"name": "j", "parameters": {"binary_data": True}}, {"name": "b"}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "j", "shape": [3], "datatype": "BYTES", "data": strings},
+                {
+                    "name": "b",
+                    "shape": [1, 3],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": len(raw)},
+                },
+            ],
+            "outputs": [{"name": "j", "parameters": {"binary_data": True}}, {"name": "b"}],
+        }
+    ).encode()
     request = decode_request(header + raw, len(header))
     assert list(request.inputs["j"]) == [s.encode() for s in strings]
     assert request.inputs["b"].shape == (1, 3)
-    payload, json_length = encode_response("m", version="1", request_id=None, outputs=request.inputs,
-                                           requested=request.outputs, binary_default=False)
+    payload, json_length = encode_response(
+        "m",
+        version="1",
+        request_id=None,
+        outputs=request.inputs,
+        requested=request.outputs,
+        binary_default=False,
+    )
     assert json_length is not None
     head = json.loads(payload[:json_length])
     assert [o["name"] for o in head["outputs"]] == ["j", "b"]
@@ -99,21 +153,40 @@ def test_bytes_tensors_in_json_and_binary() -> None:
 def test_bf16_is_decoded_to_fp32_exactly() -> None:
     values = np.array([1.0, -2.5, 3.140625], dtype=np.float32)
     raw = (values.view(np.uint32) >> 16).astype("<u2").tobytes()
-    header = json.dumps({"inputs": [{"name": "x", "shape": [3], "datatype": "BF16",
-                                     "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [3],
+                    "datatype": "BF16",
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ]
+        }
+    ).encode()
     np.testing.assert_array_equal(decode_request(header + raw, len(header)).inputs["x"], values)
 
 
 def test_nested_and_flat_json_data_are_both_accepted() -> None:
     for data in ([[1, 2], [3, 4]], [1, 2, 3, 4]):
-        body = json.dumps({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "INT32", "data": data}]})
-        np.testing.assert_array_equal(decode_request(body.encode(), None).inputs["x"], [[1, 2], [3, 4]])
+        body = json.dumps(
+            {"inputs": [{"name": "x", "shape": [2, 2], "datatype": "INT32", "data": data}]}
+        )
+        np.testing.assert_array_equal(
+            decode_request(body.encode(), None).inputs["x"], [[1, 2], [3, 4]]
+        )
 
 
 def test_python_outputs_get_a_datatype() -> None:
-    payload, _ = encode_response("m", version="2", request_id=None,
-                                 outputs={"p": 0.5, "label": ["a", "b"], "n": [1, 2], "ok": True},
-                                 requested=None, binary_default=False)
+    payload, _ = encode_response(
+        "m",
+        version="2",
+        request_id=None,
+        outputs={"p": 0.5, "label": ["a", "b"], "n": [1, 2], "ok": True},
+        requested=None,
+        binary_default=False,
+    )
     out = {o["name"]: o for o in json.loads(payload)["outputs"]}
     assert (out["p"]["datatype"], out["p"]["shape"], out["p"]["data"]) == ("FP64", [1], [0.5])
     assert (out["label"]["datatype"], out["label"]["data"]) == ("BYTES", ["a", "b"])
@@ -125,18 +198,47 @@ def test_python_outputs_get_a_datatype() -> None:
     ("body", "message"),
     [
         ({"inputs": []}, "non-empty list"),
-        ({"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2]}]}, "2 values for shape"),
-        ({"inputs": [{"name": "x", "shape": [1], "datatype": "FLOAT", "data": [1]}]}, "datatype 'FLOAT'"),
-        ({"inputs": [{"name": "x", "shape": [1], "datatype": "INT32", "data": [1.5]}]}, "must be integers"),
-        ({"inputs": [{"name": "x", "shape": [1], "datatype": "INT8", "data": [300]}]}, "out of range"),
-        ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ["1"]}]}, "must be numbers"),
+        (
+            {"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2]}]},
+            "2 values for shape",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [1], "datatype": "FLOAT", "data": [1]}]},
+            "datatype 'FLOAT'",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [1], "datatype": "INT32", "data": [1.5]}]},
+            "must be integers",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [1], "datatype": "INT8", "data": [300]}]},
+            "out of range",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ["1"]}]},
+            "must be numbers",
+        ),
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "BOOL", "data": [1]}]}, "true/false"),
-        ({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]}, "integers >= 0"),
+        (
+            {"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]},
+            "integers >= 0",
+        ),
         ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}, "neither `data`"),
-        ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}] * 2}, "appears twice"),
-        ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-          "outputs": [{"name": "x", "parameters": {"classification": 2}}]}, "classification"),
-        ({"inputs": [{"name": "x", "shape": [2**20, 2**20], "datatype": "FP32", "data": [1]}]}, "more than"),
+        (
+            {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}] * 2},
+            "appears twice",
+        ),
+        (
+            {
+                "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+                "outputs": [{"name": "x", "parameters": {"classification": 2}}],
+            },
+            "classification",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [2**20, 2**20], "datatype": "FP32", "data": [1]}]},
+            "more than",
+        ),
         ([1, 2], "JSON object"),
     ],
 )
@@ -146,34 +248,78 @@ def test_malformed_requests_are_named(body: object, message: str) -> None:
 
 
 def test_classification_is_reported_as_unsupported() -> None:
-    body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-            "outputs": [{"name": "x", "parameters": {"classification": 2}}]}
+    body = {
+        "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+        "outputs": [{"name": "x", "parameters": {"classification": 2}}],
+    }
     with pytest.raises(UnsupportedRequestError):
         decode_request(json.dumps(body).encode(), None)
 
 
 def test_binary_framing_errors() -> None:
-    header = json.dumps({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32",
-                                     "parameters": {"binary_data_size": 8}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [2],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 8},
+                }
+            ]
+        }
+    ).encode()
     with pytest.raises(InvalidInputError, match="only 4 remain"):
         decode_request(header + b"\0" * 4, len(header))
     with pytest.raises(InvalidInputError, match="not claimed"):
         decode_request(header + b"\0" * 12, len(header))
     with pytest.raises(InvalidInputError, match="Inference-Header-Content-Length is 9999"):
         decode_request(header, 9999)
-    bad_size = json.dumps({"inputs": [{"name": "x", "shape": [3], "datatype": "FP32",
-                                       "parameters": {"binary_data_size": 8}}]}).encode()
+    bad_size = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [3],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 8},
+                }
+            ]
+        }
+    ).encode()
     with pytest.raises(InvalidInputError, match="expected 12"):
         decode_request(bad_size + b"\0" * 8, len(bad_size))
-    truncated = json.dumps({"inputs": [{"name": "s", "shape": [1], "datatype": "BYTES",
-                                        "parameters": {"binary_data_size": 6}}]}).encode()
+    truncated = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "s",
+                    "shape": [1],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 6},
+                }
+            ]
+        }
+    ).encode()
     with pytest.raises(InvalidInputError, match="truncated"):
         decode_request(truncated + struct.pack("<I", 10) + b"ab", len(truncated))
 
 
 def test_unknown_requested_output() -> None:
     with pytest.raises(InvalidInputError, match="no output"):
-        encode_response("m", version="1", request_id=None, outputs={"y": [1]},
-                        requested=decode_request(json.dumps({
-                            "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
-                            "outputs": [{"name": "z"}]}).encode(), None).outputs, binary_default=False)
+        encode_response(
+            "m",
+            version="1",
+            request_id=None,
+            outputs={"y": [1]},
+            requested=decode_request(
+                json.dumps(
+                    {
+                        "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+                        "outputs": [{"name": "z"}],
+                    }
+                ).encode(),
+                None,
+            ).outputs,
+            binary_default=False,
+        )

@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 
 from servinglib.errors import ConfigError
+from servinglib.model import TensorSpec
 
 __all__ = [
     "ENV_PREFIX",
@@ -59,6 +60,10 @@ class ModelConfig:
     class_ref: str
     repository: Path
     default_version: str
+    runtime: str | None = None
+    runtime_options: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
     versions: tuple[str, ...] | None = None
     input_schema: Mapping[str, Any] | None = None
     require_self_tests: bool = True
@@ -159,6 +164,11 @@ def _explain(err: jsonschema.ValidationError) -> str:
                 f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
             )
         return "; ".join(hints) + f"; allowed keys: {', '.join(allowed)}"
+    if err.validator == "oneOf" and isinstance(err.instance, dict):
+        both = "class" in err.instance and "runtime" in err.instance
+        return "set either `class` (your Model subclass) or `runtime` (onnx or torch), " + (
+            "not both" if both else "one of them is required"
+        )
     if err.validator == "required":
         return f"{err.message}; add it"
     if err.validator == "pattern":
@@ -212,6 +222,16 @@ def resolve_inside(root: Path, relative: str, *, label: str, key_path: str) -> P
     return candidate
 
 
+RUNTIME_CLASSES = {
+    "onnx": "servinglib.runtimes.onnx:OnnxModel",
+    "torch": "servinglib.runtimes.torch:TorchModel",
+}
+
+
+def _tensors(raw: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(t["name"], t["datatype"], tuple(t["shape"])) for t in raw)
+
+
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     root = source.parent
     server = ServerConfig(**raw.get("server", {}))
@@ -259,10 +279,15 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     source=label,
                     key_path=f"{where}.input_schema",
                 ) from e
+        runtime = entry.get("runtime")
         models.append(
             ModelConfig(
                 name=name,
-                class_ref=entry["class"],
+                class_ref=RUNTIME_CLASSES[runtime] if runtime else entry["class"],
+                runtime=runtime,
+                runtime_options=entry.get("runtime_options", {}),
+                inputs=_tensors(entry.get("inputs", [])),
+                outputs=_tensors(entry.get("outputs", [])),
                 repository=repository,
                 default_version=default,
                 versions=versions,

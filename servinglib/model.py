@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Model", "SelfTestCase", "TensorSpec", "Tolerance"]
+__all__ = ["Model", "ModelSettings", "SelfTestCase", "TensorSpec", "Tolerance"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,12 @@ class TensorSpec:
     name: str
     datatype: str
     shape: tuple[int, ...]
+
+    def accepts(self, shape: Sequence[int]) -> bool:
+        """True when ``shape`` fits this spec (same rank; -1 matches any size)."""
+        return len(shape) == len(self.shape) and all(
+            want in (-1, got) for want, got in zip(self.shape, shape, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,27 @@ class SelfTestCase:
     input: Any
     expected: Any
     tolerance: Tolerance = field(default_factory=Tolerance)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """What servinglib tells a model instance before ``load()``.
+
+    Attributes:
+        name: the model name from servinglib.yaml.
+        version: the version being loaded.
+        workers: gunicorn worker processes sharing this machine's cores.
+        runtime_options: ``runtime_options`` from servinglib.yaml.
+        inputs: tensor inputs declared in servinglib.yaml.
+        outputs: tensor outputs declared in servinglib.yaml.
+    """
+
+    name: str
+    version: str
+    workers: int = 1
+    runtime_options: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
 
 
 class Model(ABC):
@@ -60,6 +87,15 @@ class Model(ABC):
 
     inputs: Sequence[TensorSpec] = ()
     outputs: Sequence[TensorSpec] = ()
+    settings: ModelSettings = ModelSettings(name="unnamed", version="0")
+
+    def configure(self, settings: ModelSettings) -> None:
+        """Receive settings before :meth:`load`; declared tensors become metadata."""
+        self.settings = settings
+        if settings.inputs:
+            self.inputs = settings.inputs
+        if settings.outputs:
+            self.outputs = settings.outputs
 
     @abstractmethod
     def load(self, path: Path) -> None:

@@ -29,7 +29,7 @@ from servinglib.errors import (
     ServinglibError,
     VersionNotFoundError,
 )
-from servinglib.model import Model, SelfTestCase
+from servinglib.model import Model, ModelSettings, SelfTestCase
 from servinglib.selftest import SelfTestReport, compare_outputs, load_test_data, run_selftests
 
 __all__ = [
@@ -229,6 +229,16 @@ class ModelRegistry:
         cls = import_model_class(model.class_ref, self._config.root, self._config.python_path)
         started = time.perf_counter()
         instance = cls()
+        instance.configure(
+            ModelSettings(
+                name=model.name,
+                version=record.version,
+                workers=self._config.server.workers,
+                runtime_options=model.runtime_options,
+                inputs=model.inputs,
+                outputs=model.outputs,
+            )
+        )
         try:
             instance.load(record.path)
         except Exception as e:

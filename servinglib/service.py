@@ -82,6 +82,8 @@ class InferenceService:
         assert record.instance is not None
         try:
             output = record.instance.predict(features)
+        except InvalidInputError:
+            raise  # the model rejected its input on purpose: a 400, not a model failure
         except Exception as e:
             error_id = uuid.uuid4().hex[:12]
             log.error(
@@ -112,9 +114,7 @@ def _check_tensors(
         raise InvalidInputError(f"model {model!r} needs input(s) {missing}", field=missing[0])
     for name, spec in declared.items():
         shape = tensors[name].shape
-        if len(shape) != len(spec.shape) or any(
-            want not in (-1, got) for want, got in zip(spec.shape, shape, strict=True)
-        ):
+        if not spec.accepts(shape):
             raise InvalidInputError(
                 f"input {name!r} of model {model!r} has shape {list(shape)}; expected "
                 f"{list(spec.shape)} (-1 = any size)",

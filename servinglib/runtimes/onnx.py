@@ -1,0 +1,141 @@
+"""``runtime: onnx``: serve ``<version>/model.onnx`` with ONNX Runtime, no user code.
+
+Sessions are created in ``load()``, which runs in each gunicorn worker after fork (ONNX
+Runtime is not fork-safe). ``run`` releases the GIL, so gthread request threads overlap.
+Intra-op threads default to cores ÷ workers so workers do not oversubscribe the CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servinglib.errors import ModelLoadError
+from servinglib.model import Model, TensorSpec
+from servinglib.runtimes._tensors import concat_batch, default_threads, split_batch, to_arrays
+
+__all__ = ["ONNX_DATATYPES", "OnnxModel", "choose_providers"]
+
+ARTIFACT = "model.onnx"
+
+ONNX_DATATYPES: dict[str, tuple[str, str]] = {
+    "tensor(bool)": ("BOOL", "bool"),
+    "tensor(uint8)": ("UINT8", "uint8"),
+    "tensor(uint16)": ("UINT16", "uint16"),
+    "tensor(uint32)": ("UINT32", "uint32"),
+    "tensor(uint64)": ("UINT64", "uint64"),
+    "tensor(int8)": ("INT8", "int8"),
+    "tensor(int16)": ("INT16", "int16"),
+    "tensor(int32)": ("INT32", "int32"),
+    "tensor(int64)": ("INT64", "int64"),
+    "tensor(float16)": ("FP16", "float16"),
+    "tensor(float)": ("FP32", "float32"),
+    "tensor(double)": ("FP64", "float64"),
+    "tensor(string)": ("BYTES", "object"),
+}
+
+_PREFERRED_PROVIDERS = (
+    "TensorrtExecutionProvider",
+    "CUDAExecutionProvider",
+    "CPUExecutionProvider",
+)
+
+
+def choose_providers(available: Sequence[str], requested: Sequence[str] | None = None) -> list[str]:
+    """Execution providers to use: the requested ones, or TensorRT/CUDA when present, else CPU.
+
+    Raises:
+        ModelLoadError: a requested provider is not available in this onnxruntime build.
+    """
+    if requested:
+        missing = [p for p in requested if p not in available]
+        if missing:
+            raise ModelLoadError(
+                f"execution provider(s) {missing} are not available; this onnxruntime offers "
+                f"{list(available)} (install onnxruntime-gpu for CUDA/TensorRT)"
+            )
+        return list(requested)
+    return [p for p in _PREFERRED_PROVIDERS if p in available] or list(available)
+
+
+def _import_onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as e:
+        raise ModelLoadError(
+            "runtime: onnx needs ONNX Runtime; install it with pip install 'servinglib[onnx]'"
+        ) from e
+    return onnxruntime
+
+
+def _spec(node: Any) -> TensorSpec:
+    datatype = ONNX_DATATYPES.get(node.type, (node.type, ""))[0]
+    shape = tuple(d if isinstance(d, int) else -1 for d in node.shape)
+    return TensorSpec(node.name, datatype, shape)
+
+
+class OnnxModel(Model):
+    """Serves an ONNX graph; inputs and outputs come from the graph itself."""
+
+    platform = "onnxruntime_onnx"
+
+    def load(self, path: Path) -> None:
+        """Create the inference session for ``path/model.onnx``."""
+        ort = _import_onnxruntime()
+        artifact = path / ARTIFACT
+        if not artifact.is_file():
+            raise ModelLoadError(f"{artifact} not found; runtime: onnx serves <version>/{ARTIFACT}")
+        options_cfg = dict(self.settings.runtime_options)
+        workers = self.settings.workers
+        options = ort.SessionOptions()
+        level = options_cfg.get("graph_optimization_level", "all")
+        options.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+        options.intra_op_num_threads = int(
+            options_cfg.get("intra_op_threads", default_threads(workers))
+        )
+        options.inter_op_num_threads = int(options_cfg.get("inter_op_threads", 1))
+        if options_cfg.get("save_optimized_graph"):
+            options.optimized_model_filepath = str(path / "model.optimized.onnx")
+        providers = choose_providers(ort.get_available_providers(), options_cfg.get("providers"))
+        try:
+            self.session = ort.InferenceSession(
+                str(artifact), sess_options=options, providers=providers
+            )
+        except Exception as e:
+            raise ModelLoadError(f"ONNX Runtime cannot load {artifact}: {e}") from e
+        self.inputs = tuple(_spec(node) for node in self.session.get_inputs())
+        self.outputs = tuple(_spec(node) for node in self.session.get_outputs())
+        self._dtypes = {
+            node.name: np.dtype(ONNX_DATATYPES.get(node.type, ("", "float32"))[1])
+            for node in self.session.get_inputs()
+        }
+        self._output_names = [node.name for node in self.session.get_outputs()]
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = self.session.run(self._output_names, arrays)
+        return dict(zip(self._output_names, results, strict=True))
+
+    def predict(self, features: Any) -> dict[str, np.ndarray]:
+        """Run the graph on ``{input name: tensor}``; returns ``{output name: tensor}``."""
+        return self._run(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
+
+    def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
+        """One session run for the whole batch when shapes allow, else one run per request."""
+        if not batch:
+            return []
+        arrays = [
+            to_arrays(self.settings.name, features, self._dtypes, self.inputs) for features in batch
+        ]
+        merged = concat_batch(arrays)
+        if merged is None:
+            return [self._run(a) for a in arrays]
+        stacked, sizes = merged
+        return list(split_batch(self._run(stacked), sizes))

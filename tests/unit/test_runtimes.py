@@ -1,0 +1,165 @@
+"""servinglib.runtimes: ONNX and TorchScript artifacts served with no user code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+
+from servinglib.config import load_config
+from servinglib.errors import ModelLoadError
+from servinglib.http.app import create_app_from_config
+from servinglib.registry import ModelRegistry, VersionState
+from servinglib.runtimes.onnx import choose_providers
+
+WEIGHTS = np.array([[1.0, -1.0], [0.5, 2.0], [0.0, 1.0]], dtype=np.float32)
+BIAS = np.array([0.25, -0.5], dtype=np.float32)
+
+
+def write_onnx(path: Path) -> None:
+    """y = x @ W + b with a symbolic batch dimension, built with onnx.helper."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["y"]),
+        ],
+        "affine",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])],
+        [numpy_helper.from_array(WEIGHTS, "W"), numpy_helper.from_array(BIAS, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(path))
+
+
+def write_exported_program(path: Path) -> None:
+    """The same affine map (plus a row sum) as a torch.export program with a dynamic batch."""
+    import torch
+
+    class Affine(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 2)
+            with torch.no_grad():
+                self.linear.weight.copy_(torch.from_numpy(WEIGHTS.T.copy()))
+                self.linear.bias.copy_(torch.from_numpy(BIAS))
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.linear(x)
+            return y, y.sum(dim=1)
+
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    program = torch.export.export(Affine(), (torch.zeros(2, 3),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(path))
+
+
+def expected(x: list[list[float]]) -> list[list[float]]:
+    result: list[list[float]] = (np.asarray(x, dtype=np.float32) @ WEIGHTS + BIAS).tolist()
+    return result
+
+
+def make_service(tmp_path: Path, runtime: str) -> Path:
+    version = tmp_path / "models" / "affine" / "1"
+    version.mkdir(parents=True)
+    x = [[1.0, 2.0, 3.0], [0.0, -1.0, 0.5]]
+    if runtime == "onnx":
+        write_onnx(version / "model.onnx")
+        output: dict[str, Any] = {"y": expected(x)}
+        extra = "    runtime_options: {intra_op_threads: 1, save_optimized_graph: true}\n"
+    else:
+        write_exported_program(version / "model.pt2")
+        output = {"y": expected(x), "total": [sum(row) for row in expected(x)]}
+        extra = (
+            "    inputs: [{name: x, datatype: FP32, shape: [-1, 3]}]\n"
+            "    outputs: [{name: y, datatype: FP32, shape: [-1, 2]}, {name: total, datatype: FP32, shape: [-1]}]\n"
+        )
+    (version / "test_data.json").write_text(
+        json.dumps(
+            {"cases": [{"input": {"x": x}, "expected": output, "tolerance": {"atol": 1e-5}}]}
+        )
+    )
+    config = tmp_path / "servinglib.yaml"
+    config.write_text(
+        f"service: s\nmodels:\n  - name: affine\n    runtime: {runtime}\n    repository: models/affine\n"
+        f"    default_version: '1'\n{extra}"
+    )
+    return config
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "torch"])
+def test_runtime_serves_artifact_with_no_user_code(tmp_path: Path, runtime: str) -> None:
+    registry = ModelRegistry(load_config(make_service(tmp_path, runtime), environ={}))
+    registry.load_all()
+    record = registry.record("affine", "1")
+    assert record.state is VersionState.READY, record.reason
+    assert record.instance is not None
+    batch = [{"x": [[1.0, 0.0, 0.0]]}, {"x": [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]}]
+    outputs = record.instance.predict_batch(batch)
+    np.testing.assert_allclose(outputs[0]["y"], expected([[1.0, 0.0, 0.0]]), atol=1e-6)
+    np.testing.assert_allclose(
+        outputs[1]["y"], expected([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), atol=1e-6
+    )
+    assert [spec.name for spec in record.instance.inputs] == ["x"]
+    assert record.instance.inputs[0].shape == (-1, 3)
+    if runtime == "onnx":
+        assert (tmp_path / "models" / "affine" / "1" / "model.optimized.onnx").is_file()
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "torch"])
+def test_runtime_over_http(tmp_path: Path, runtime: str) -> None:
+    client: FlaskClient = create_app_from_config(make_service(tmp_path, runtime)).test_client()
+    meta = client.get("/v2/models/affine").get_json()
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
+    assert meta["platform"] in ("onnxruntime_onnx", "pytorch_libtorch")
+    response = client.post(
+        "/v2/models/affine/infer",
+        json={"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]},
+    )
+    assert response.status_code == 200, response.get_json()
+    out = {o["name"]: o for o in response.get_json()["outputs"]}
+    np.testing.assert_allclose(out["y"]["data"], expected([[1, 2, 3]])[0], atol=1e-5)
+    wrong = client.post(
+        "/v2/models/affine/infer",
+        json={"inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]},
+    )
+    assert wrong.status_code == 400
+    assert "expected [-1, 3]" in wrong.get_json()["error"]
+    infer = client.post("/infer", json={"model_id": "affine", "features": {"x": [[1, 2, 3]]}})
+    assert infer.status_code == 200
+    np.testing.assert_allclose(infer.get_json()["output"]["y"], expected([[1, 2, 3]]), atol=1e-5)
+    unknown = client.post("/infer", json={"model_id": "affine", "features": {"z": [[1, 2, 3]]}})
+    assert unknown.status_code == 400
+
+
+def test_missing_artifact_fails_the_version(tmp_path: Path) -> None:
+    config = make_service(tmp_path, "onnx")
+    (tmp_path / "models" / "affine" / "1" / "model.onnx").unlink()
+    registry = ModelRegistry(load_config(config, environ={}))
+    registry.load_all()
+    assert "model.onnx not found" in registry.record("affine", "1").reason
+
+
+def test_provider_choice() -> None:
+    assert choose_providers(["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
+    assert choose_providers(["CPUExecutionProvider", "CUDAExecutionProvider"]) == [
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    ]
+    with pytest.raises(ModelLoadError, match="install onnxruntime-gpu"):
+        choose_providers(["CPUExecutionProvider"], ["CUDAExecutionProvider"])
+
+
+def test_class_and_runtime_are_exclusive(tmp_path: Path) -> None:
+    from servinglib.errors import ConfigError
+
+    config = make_service(tmp_path, "onnx")
+    config.write_text(config.read_text().replace("runtime: onnx", "runtime: onnx\n    class: a:B"))
+    with pytest.raises(ConfigError, match="not both"):
+        load_config(config, environ={})

@@ -13,7 +13,7 @@ from types import ModuleType
 from servinglib.errors import ModelLoadError
 from servinglib.model import Model
 
-__all__ = ["import_model_class"]
+__all__ = ["import_model_class", "import_object"]
 
 _file_modules: dict[Path, ModuleType] = {}
 
@@ -27,7 +27,21 @@ def import_model_class(class_ref: str, root: Path, python_path: Sequence[Path] =
     Raises:
         ModelLoadError: the module or class is missing or is not a Model subclass.
     """
-    module_ref, _, class_name = class_ref.partition(":")
+    cls = import_object(class_ref, root, python_path)
+    if not (isinstance(cls, type) and issubclass(cls, Model)):
+        raise ModelLoadError(
+            f"{class_ref!r} is not a subclass of servinglib.Model; derive it from servinglib.Model"
+        )
+    return cls
+
+
+def import_object(ref: str, root: Path, python_path: Sequence[Path] = ()) -> object:
+    """Return the object named by ``module:name`` or ``path/file.py:name``.
+
+    Raises:
+        ModelLoadError: the module or attribute is missing.
+    """
+    module_ref, _, class_name = ref.partition(":")
     if module_ref.endswith(".py"):
         module = _import_file(module_ref, root)
     else:
@@ -38,19 +52,15 @@ def import_model_class(class_ref: str, root: Path, python_path: Sequence[Path] =
             module = importlib.import_module(module_ref)
         except ImportError as e:
             raise ModelLoadError(
-                f"cannot import module {module_ref!r} for class {class_ref!r}: {e}; check the "
-                f"`class` key and that the module is importable from {root}"
+                f"cannot import module {module_ref!r} for {ref!r}: {e}; check the "
+                f"reference and that the module is importable from {root}"
             ) from e
-    cls = getattr(module, class_name, None)
-    if cls is None:
+    found = getattr(module, class_name, None)
+    if found is None:
         raise ModelLoadError(
-            f"module {module_ref!r} has no attribute {class_name!r}; check the `class` key"
+            f"module {module_ref!r} has no attribute {class_name!r}; check the reference {ref!r}"
         )
-    if not (isinstance(cls, type) and issubclass(cls, Model)):
-        raise ModelLoadError(
-            f"{class_ref!r} is not a subclass of servinglib.Model; derive it from servinglib.Model"
-        )
-    return cls
+    return found
 
 
 def _import_file(relative: str, root: Path) -> ModuleType:

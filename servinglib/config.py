@@ -25,10 +25,15 @@ from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
 __all__ = [
+    "DEFAULT_SCORE_BUCKETS",
     "ENV_PREFIX",
+    "ComparatorConfig",
     "ModelConfig",
+    "PredictionLogConfig",
     "ServerConfig",
     "ServiceConfig",
+    "ShadowConfig",
+    "ShadowExecutorConfig",
     "config_schema",
     "load_config",
     "resolve_inside",
@@ -53,6 +58,71 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class ComparatorConfig:
+    """How a shadow answer is compared with the primary's (``comparator:``)."""
+
+    kind: str = "numeric"
+    atol: float = 1e-6
+    rtol: float = 1e-4
+    min_similarity: float = 0.99
+    field: str | None = None
+    function: str | None = None
+
+
+@dataclass(frozen=True)
+class ShadowConfig:
+    """One entry of a model's ``shadow:`` list."""
+
+    version: str
+    sample_rate: float = 1.0
+    timeout_ms: int = 1000
+    comparator: ComparatorConfig = field(default_factory=ComparatorConfig)
+
+
+@dataclass(frozen=True)
+class ShadowExecutorConfig:
+    """Bounds of the per-worker shadow executor (``shadow_executor:``)."""
+
+    max_concurrency: int = 2
+    max_queue: int = 64
+
+
+@dataclass(frozen=True)
+class PredictionLogConfig:
+    """``monitoring.prediction_log``; ``url`` has a resolved SQLite path."""
+
+    url: str
+    sample_rate: float = 1.0
+    max_buffer: int = 10000
+    batch_size: int = 200
+    flush_interval_ms: int = 500
+
+
+DEFAULT_SCORE_BUCKETS: tuple[float, ...] = (
+    -1.0,
+    0.0,
+    0.01,
+    0.05,
+    0.1,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.6,
+    0.7,
+    0.8,
+    0.9,
+    0.95,
+    0.99,
+    1.0,
+    10.0,
+    100.0,
+    1000.0,
+    10000.0,
+)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """One entry of ``models:``; paths are already resolved and contained."""
 
@@ -67,6 +137,10 @@ class ModelConfig:
     versions: tuple[str, ...] | None = None
     input_schema: Mapping[str, Any] | None = None
     require_self_tests: bool = True
+    traffic: Mapping[str, float] | None = None
+    routing_header: str = "x-routing-key"
+    routing_feature: str | None = None
+    shadows: tuple[ShadowConfig, ...] = ()
     key_path: str = ""
 
 
@@ -80,6 +154,9 @@ class ServiceConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     team: str = ""
     python_path: tuple[Path, ...] = ()
+    shadow_executor: ShadowExecutorConfig = field(default_factory=ShadowExecutorConfig)
+    prediction_log: PredictionLogConfig | None = None
+    score_buckets: tuple[float, ...] = DEFAULT_SCORE_BUCKETS
 
     @property
     def root(self) -> Path:
@@ -232,6 +309,48 @@ def _tensors(raw: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(t["name"], t["datatype"], tuple(t["shape"])) for t in raw)
 
 
+def _check_routed_versions(
+    entry: Mapping[str, Any], repository: Path, label: str, where: str
+) -> None:
+    """Versions named by ``traffic`` and ``shadow`` must have a directory."""
+    named = [(f"{where}.traffic", v) for v in entry.get("traffic", {})]
+    named += [
+        (f"{where}.shadow[{i}].version", s["version"])
+        for i, s in enumerate(entry.get("shadow", []))
+    ]
+    for key_path, version in named:
+        if not (repository / version).is_dir():
+            raise ConfigError(
+                f"version {version!r} has no directory in {repository}; add it or remove it here",
+                source=label,
+                key_path=key_path,
+            )
+    traffic = entry.get("traffic")
+    if traffic is not None and sum(traffic.values()) <= 0:
+        raise ConfigError(
+            "traffic weights must add up to more than 0", source=label, key_path=f"{where}.traffic"
+        )
+    for i, shadow in enumerate(entry.get("shadow", [])):
+        comparator = shadow.get("comparator", {})
+        if comparator.get("kind") == "custom" and "function" not in comparator:
+            raise ConfigError(
+                "a custom comparator needs `function: module:function`",
+                source=label,
+                key_path=f"{where}.shadow[{i}].comparator",
+            )
+
+
+def _resolve_log_url(url: str, root: Path, label: str) -> str:
+    """Resolve a relative SQLite path against ``root`` (and keep it inside)."""
+    if not url.startswith("sqlite:///"):
+        return url
+    path = url.removeprefix("sqlite:///")
+    if path.startswith("/"):
+        return url
+    resolved = resolve_inside(root, path, label=label, key_path="monitoring.prediction_log.url")
+    return f"sqlite:///{resolved}"
+
+
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     root = source.parent
     server = ServerConfig(**raw.get("server", {}))
@@ -280,6 +399,8 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     key_path=f"{where}.input_schema",
                 ) from e
         runtime = entry.get("runtime")
+        _check_routed_versions(entry, repository, label, where)
+        routing = entry.get("routing_key", {})
         models.append(
             ModelConfig(
                 name=name,
@@ -293,11 +414,32 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 versions=versions,
                 input_schema=entry.get("input_schema"),
                 require_self_tests=entry.get("require_self_tests", True),
+                traffic=entry.get("traffic"),
+                routing_header=routing.get("header", "x-routing-key").lower(),
+                routing_feature=routing.get("feature"),
+                shadows=tuple(
+                    ShadowConfig(
+                        version=s["version"],
+                        sample_rate=s.get("sample_rate", 1.0),
+                        timeout_ms=s.get("timeout_ms", 1000),
+                        comparator=ComparatorConfig(**s.get("comparator", {})),
+                    )
+                    for s in entry.get("shadow", [])
+                ),
                 key_path=where,
             )
         )
+    monitoring = raw.get("monitoring", {})
+    prediction_log = None
+    if "prediction_log" in monitoring:
+        settings = dict(monitoring["prediction_log"])
+        settings["url"] = _resolve_log_url(settings["url"], root, label)
+        prediction_log = PredictionLogConfig(**settings)
     return ServiceConfig(
         service=raw["service"],
+        shadow_executor=ShadowExecutorConfig(**raw.get("shadow_executor", {})),
+        prediction_log=prediction_log,
+        score_buckets=tuple(sorted(monitoring.get("score_buckets", DEFAULT_SCORE_BUCKETS))),
         team=raw.get("team", ""),
         source=source,
         python_path=python_path,

@@ -17,8 +17,10 @@ from servinglib.http.openapi import openapi_document
 from servinglib.http.v2 import v2_blueprint
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics
+from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.registry import ModelRegistry
 from servinglib.service import InferenceService
+from servinglib.shadow import ShadowRouter
 
 __all__ = ["create_app", "create_app_from_config"]
 
@@ -82,6 +84,7 @@ def create_app(
     metrics: ServingMetrics,
     server: ServerConfig | None = None,
     readiness: Callable[[], bool] | None = None,
+    shutdown: Callable[[], None] | None = None,
 ) -> Flask:
     """Build the WSGI app around an already-loaded :class:`InferenceService`.
 
@@ -89,7 +92,9 @@ def create_app(
         service: routes requests to models.
         metrics: the process's metrics owner.
         server: limits such as the request body size.
-        readiness: overrides the readiness check (the launcher adds draining to it).
+        readiness: overrides the readiness check.
+        shutdown: flushes background work (shadow copies, prediction log); gunicorn's
+            ``worker_exit`` hook calls it as ``app.extensions["servinglib.shutdown"]()``.
     """
     server = server or ServerConfig()
     app = Flask("servinglib")
@@ -98,6 +103,7 @@ def create_app(
     app.extensions["servinglib.service"] = service
     app.extensions["servinglib.metrics"] = metrics
     app.extensions["servinglib.readiness"] = readiness or service.registry.is_ready
+    app.extensions["servinglib.shutdown"] = shutdown or (lambda: None)
     install_request_context(app, metrics)
     register_error_handlers(app)
     app.register_blueprint(infer_blueprint)
@@ -114,11 +120,27 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
     """
     config: ServiceConfig = load_config(path)
     configure_logging(config.server.log_level)
-    metrics = ServingMetrics()
+    metrics = ServingMetrics(score_buckets=config.score_buckets)
     registry = ModelRegistry(config, listener=metrics)
     registry.load_all()
     if not registry.is_ready():
         log.warning(
             "worker %d started NOT READY: a default version failed; see /models", os.getpid()
         )
-    return create_app(InferenceService(registry), metrics, config.server)
+    logger = None
+    if config.prediction_log is not None:
+        logger = PredictionLogger(
+            config.prediction_log,
+            open_sink(config.prediction_log.url),
+            on_dropped=metrics.prediction_log_dropped,
+            on_written=metrics.prediction_log_written,
+        )
+    shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
+    service = InferenceService(registry, listener=metrics, recorder=logger, shadows=shadows)
+
+    def shutdown() -> None:
+        shadows.close()
+        if logger is not None:
+            logger.close()
+
+    return create_app(service, metrics, config.server, shutdown=shutdown)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import Blueprint, Response, current_app, g
+from flask import Blueprint, Response, current_app, g, request
 
 from servinglib.errors import InvalidInputError
 from servinglib.http._context import mark_inference
@@ -42,7 +42,10 @@ def infer() -> Response:
         raise InvalidInputError(
             f"unknown key(s) {unknown}; allowed: model_id, version, features", field=unknown[0]
         )
-    prediction = service.infer(model, body["features"], version)
+    routing_key = request.headers.get(service.routing_header(model))
+    prediction = service.infer(
+        model, body["features"], version, request_id=g.request_id, routing_key=routing_key
+    )
     g.version = prediction.version
     payload: dict[str, Any] = {
         "model_id": prediction.model,

@@ -129,7 +129,13 @@ def model_infer(model: str, version: str | None = None) -> Response:
             "extension); send application/json otherwise"
         )
     decoded = decode_request(request.get_data(cache=True), header_length)
-    prediction = service.infer_tensors(model, decoded.inputs, version)
+    prediction = service.infer_tensors(
+        model,
+        decoded.inputs,
+        version,
+        request_id=decoded.id or g.request_id,
+        routing_key=request.headers.get(service.routing_header(model)),
+    )
     g.version = prediction.version
     try:
         if not isinstance(prediction.output, dict):

@@ -9,10 +9,13 @@ Summaries cannot be aggregated across processes.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -23,9 +26,18 @@ from prometheus_client import (
     multiprocess,
 )
 
+from servinglib.config import DEFAULT_SCORE_BUCKETS
 from servinglib.registry import VersionState
+from servinglib.shadow import Comparison
 
-__all__ = ["METRIC_SPECS", "MetricSpec", "ServingMetrics", "mark_worker_dead", "multiprocess_dir"]
+__all__ = [
+    "METRIC_SPECS",
+    "MetricSpec",
+    "ServingMetrics",
+    "mark_worker_dead",
+    "multiprocess_dir",
+    "numeric_outputs",
+]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -43,7 +55,26 @@ class MetricSpec:
     documentation: str
     labels: tuple[str, ...]
     multiprocess_mode: str = ""
+    buckets: tuple[float, ...] = ()
 
+
+_SHADOW_LABELS = ("model", "primary_version", "shadow_version")
+_DIFFERENCE_BUCKETS = (
+    0.0,
+    1e-6,
+    1e-5,
+    1e-4,
+    1e-3,
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    100.0,
+)
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
@@ -60,6 +91,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "servinglib_request_duration_seconds",
         "Wall time from request received to response ready, in seconds.",
         ("model", "version", "protocol"),
+        buckets=_LATENCY_BUCKETS,
     ),
     MetricSpec(
         "in_flight",
@@ -75,6 +107,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "servinglib_model_load_duration_seconds",
         "Time Model.load() took for one version in one worker, in seconds.",
         ("model", "version"),
+        buckets=_LOAD_BUCKETS,
     ),
     MetricSpec(
         "selftest_duration",
@@ -82,6 +115,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "servinglib_model_self_test_duration_seconds",
         "Time the self-tests of one version took in one worker, in seconds.",
         ("model", "version"),
+        buckets=_LOAD_BUCKETS,
     ),
     MetricSpec(
         "selftest_passed",
@@ -99,7 +133,98 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         ("model", "version", "state"),
         "livemax",
     ),
+    MetricSpec(
+        "output_value",
+        "histogram",
+        "servinglib_output_value",
+        "Each numeric output of each answer (score monitoring: alert on drift), by model, "
+        "version and output name. Buckets: monitoring.score_buckets.",
+        ("model", "version", "output"),
+    ),
+    MetricSpec(
+        "input_rejected_total",
+        "counter",
+        "servinglib_input_validation_failures_total",
+        "Requests whose input failed validation, by model and top-level field "
+        "(fields outside the input schema are counted as _other).",
+        ("model", "field"),
+    ),
+    MetricSpec(
+        "shadow_requests",
+        "counter",
+        "servinglib_shadow_requests_total",
+        "Shadow copies that ran, by outcome (ok, error, timeout, not_ready).",
+        (*_SHADOW_LABELS, "outcome"),
+    ),
+    MetricSpec(
+        "shadow_dropped_total",
+        "counter",
+        "servinglib_shadow_dropped_total",
+        "Shadow copies dropped because the bounded shadow executor was full.",
+        _SHADOW_LABELS,
+    ),
+    MetricSpec(
+        "shadow_latency",
+        "histogram",
+        "servinglib_shadow_latency_seconds",
+        "Time a shadow version took to answer a copy, in seconds.",
+        _SHADOW_LABELS,
+        buckets=_LATENCY_BUCKETS,
+    ),
+    MetricSpec(
+        "shadow_comparisons",
+        "counter",
+        "servinglib_shadow_comparisons_total",
+        "Shadow answers compared with the primary's. Agreement ratio = "
+        "servinglib_shadow_agreements_total / servinglib_shadow_comparisons_total.",
+        _SHADOW_LABELS,
+    ),
+    MetricSpec(
+        "shadow_agreements",
+        "counter",
+        "servinglib_shadow_agreements_total",
+        "Shadow answers the comparator judged to agree with the primary's.",
+        _SHADOW_LABELS,
+    ),
+    MetricSpec(
+        "shadow_difference",
+        "histogram",
+        "servinglib_shadow_difference",
+        "Difference between shadow and primary answers: the largest absolute difference "
+        "(numeric comparator) or 1 - cosine similarity (cosine comparator).",
+        _SHADOW_LABELS,
+        buckets=_DIFFERENCE_BUCKETS,
+    ),
+    MetricSpec(
+        "prediction_log_records",
+        "counter",
+        "servinglib_prediction_log_records_total",
+        "Prediction-log records by outcome: written, or dropped (buffer full or sink down).",
+        ("outcome",),
+    ),
 )
+
+_MAX_SCORED_OUTPUTS = 16
+
+
+def numeric_outputs(output: Any) -> list[tuple[str, float]]:
+    """Top-level numeric scalars of an answer (at most 16), for score monitoring."""
+    items = output.items() if isinstance(output, Mapping) else [("output", output)]
+    found = []
+    for name, value in items:
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            found.append((str(name), float(value)))
+        elif (
+            isinstance(value, np.ndarray | np.generic)
+            and value.size == 1
+            and value.dtype.kind in "iuf"
+        ):
+            found.append((str(name), float(value.reshape(-1)[0])))
+        if len(found) == _MAX_SCORED_OUTPUTS:
+            break
+    return found
 
 
 def multiprocess_dir() -> str | None:
@@ -120,7 +245,11 @@ class ServingMetrics:
     :class:`servinglib.registry.LifecycleListener`).
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        score_buckets: tuple[float, ...] = DEFAULT_SCORE_BUCKETS,
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         factories: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
         for spec in METRIC_SPECS:
@@ -128,7 +257,7 @@ class ServingMetrics:
             if spec.kind == "gauge":
                 kwargs["multiprocess_mode"] = spec.multiprocess_mode or "livesum"
             if spec.kind == "histogram":
-                kwargs["buckets"] = _LOAD_BUCKETS if "model_" in spec.name else _LATENCY_BUCKETS
+                kwargs["buckets"] = spec.buckets or score_buckets
             metric_name = spec.name.removesuffix("_total")
             setattr(
                 self,
@@ -164,6 +293,47 @@ class ServingMetrics:
         """Record self-test duration and result."""
         self.selftest_duration.labels(model, version).observe(duration_s)  # type: ignore[attr-defined]
         self.selftest_passed.labels(model, version).set(1 if passed else 0)  # type: ignore[attr-defined]
+
+    # ServiceListener
+    def prediction_made(self, model: str, version: str, output: Any) -> None:
+        """Observe each numeric output of an answer (score monitoring)."""
+        for name, value in numeric_outputs(output):
+            self.output_value.labels(model, version, name).observe(value)  # type: ignore[attr-defined]
+
+    def input_rejected(self, model: str, field: str) -> None:
+        """Count an input that failed validation."""
+        self.input_rejected_total.labels(model, field).inc()  # type: ignore[attr-defined]
+
+    # ShadowListener
+    def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
+        """Count a shadow copy dropped because the executor was full."""
+        self.shadow_dropped_total.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
+
+    def shadow_finished(
+        self, model: str, primary: str, shadow: str, outcome: str, seconds: float
+    ) -> None:
+        """Count a shadow copy that ran, and its latency."""
+        self.shadow_requests.labels(model, primary, shadow, outcome).inc()  # type: ignore[attr-defined]
+        self.shadow_latency.labels(model, primary, shadow).observe(seconds)  # type: ignore[attr-defined]
+
+    def shadow_compared(
+        self, model: str, primary: str, shadow: str, comparison: Comparison
+    ) -> None:
+        """Count a comparison, an agreement, and observe the difference."""
+        self.shadow_comparisons.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
+        if comparison.agree:
+            self.shadow_agreements.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
+        if comparison.difference is not None and math.isfinite(comparison.difference):
+            self.shadow_difference.labels(model, primary, shadow).observe(comparison.difference)  # type: ignore[attr-defined]
+
+    # prediction log
+    def prediction_log_dropped(self, count: int) -> None:
+        """Count prediction-log records that could not be kept."""
+        self.prediction_log_records.labels("dropped").inc(count)  # type: ignore[attr-defined]
+
+    def prediction_log_written(self, count: int) -> None:
+        """Count prediction-log records written."""
+        self.prediction_log_records.labels("written").inc(count)  # type: ignore[attr-defined]
 
     def render(self) -> tuple[bytes, str]:
         """Prometheus text for ``/metrics``: all workers in multiprocess mode, else this one."""

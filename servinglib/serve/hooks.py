@@ -15,7 +15,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["child_exit", "on_starting", "post_fork", "post_worker_init", "prepare_metrics_dir"]
+__all__ = [
+    "child_exit",
+    "on_starting",
+    "post_fork",
+    "post_worker_init",
+    "prepare_metrics_dir",
+    "worker_exit",
+]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -55,6 +62,15 @@ def post_fork(server: Any, worker: Any) -> None:
 def post_worker_init(worker: Any) -> None:
     """Worker has loaded the app (and every model): stop the boot heartbeat."""
     _booted.set()
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """Worker leaving (after draining requests): flush shadow copies and the prediction log."""
+    app = getattr(worker, "wsgi", None)
+    extensions = getattr(app, "extensions", {})
+    shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
+    if callable(shutdown):
+        shutdown()
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -34,5 +34,6 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "on_starting": hooks.on_starting,
         "post_fork": hooks.post_fork,
         "post_worker_init": hooks.post_worker_init,
+        "worker_exit": hooks.worker_exit,
         "child_exit": hooks.child_exit,
     }

@@ -1,0 +1,324 @@
+"""The prediction log: a sampled record of answered requests, written off the request path.
+
+Requests only put a record on a bounded in-memory queue (``put_nowait``: never blocks).
+A writer thread takes up to ``batch_size`` records, or what arrived within
+``flush_interval_ms``, and writes them in one transaction. When the queue is full, the
+record is dropped and counted. :meth:`PredictionLogger.close` (called on graceful
+shutdown) drains the queue: nothing accepted is lost.
+
+Sinks: SQLite in WAL mode (embedded default) and PostgreSQL via psycopg 3.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from servinglib.config import PredictionLogConfig
+from servinglib.errors import ConfigError
+from servinglib.selftest import to_plain
+
+__all__ = ["PostgresSink", "PredictionLogger", "PredictionRecord", "SqliteSink", "open_sink"]
+
+log = logging.getLogger("servinglib.prediction_log")
+
+COLUMNS = (
+    "request_id",
+    "logged_at",
+    "model",
+    "version",
+    "shadow_of",
+    "features",
+    "output",
+    "latency_ms",
+)
+
+_CREATE = """
+CREATE TABLE IF NOT EXISTS predictions (
+    id {id_type},
+    request_id TEXT NOT NULL,
+    logged_at DOUBLE PRECISION NOT NULL,
+    model TEXT NOT NULL,
+    version TEXT NOT NULL,
+    shadow_of TEXT,
+    features TEXT NOT NULL,
+    output TEXT NOT NULL,
+    latency_ms DOUBLE PRECISION NOT NULL
+)
+"""
+
+
+def _insert_sql(placeholder: str) -> str:
+    # Column names are constants of this module; values always go through placeholders.
+    values = ", ".join([placeholder] * len(COLUMNS))
+    return f"INSERT INTO predictions ({', '.join(COLUMNS)}) VALUES ({values})"  # noqa: S608
+
+
+@dataclass(frozen=True)
+class PredictionRecord:
+    """One logged answer; ``shadow_of`` is the primary version when a shadow answered."""
+
+    request_id: str
+    logged_at: float
+    model: str
+    version: str
+    shadow_of: str | None
+    features: Any
+    output: Any
+    latency_ms: float
+
+    def row(self) -> tuple[Any, ...]:
+        """The record as a database row (features and output as JSON text)."""
+        return (
+            self.request_id,
+            self.logged_at,
+            self.model,
+            self.version,
+            self.shadow_of,
+            json.dumps(to_plain(self.features), default=str),
+            json.dumps(to_plain(self.output), default=str),
+            self.latency_ms,
+        )
+
+
+class Sink(Protocol):
+    """Where batches of records go; used only from the writer thread."""
+
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write rows in one transaction."""
+
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class SqliteSink:
+    """SQLite in WAL mode, so readers never block the writer (one connection per worker)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._connection: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._connection is None:
+            connection = sqlite3.connect(self._path, timeout=30)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute(_CREATE.format(id_type="INTEGER PRIMARY KEY AUTOINCREMENT"))
+            connection.commit()
+            self._connection = connection
+        return self._connection
+
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` in one transaction."""
+        connection = self._connect()
+        with connection:
+            connection.executemany(
+                _insert_sql("?"),
+                rows,
+            )
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+class PostgresSink:
+    """PostgreSQL through psycopg 3 (``pip install 'psycopg[binary]'``)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._connection: Any = None
+
+    def _connect(self) -> Any:
+        if self._connection is None:
+            try:
+                import psycopg
+            except ImportError as e:
+                raise ConfigError(
+                    "a postgresql:// prediction log needs psycopg 3: "
+                    "pip install 'servinglib[postgres]'"
+                ) from e
+            self._connection = psycopg.connect(self._url)
+            with self._connection.transaction():
+                self._connection.execute(_CREATE.format(id_type="BIGSERIAL PRIMARY KEY"))
+        return self._connection
+
+    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` in one transaction."""
+        connection = self._connect()
+        with connection.transaction(), connection.cursor() as cursor:
+            cursor.executemany(
+                _insert_sql("%s"),
+                rows,
+            )
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+def open_sink(url: str) -> Sink:
+    """The sink for a ``sqlite:///`` or ``postgresql://`` URL."""
+    if url.startswith("sqlite:///"):
+        return SqliteSink(url.removeprefix("sqlite:///"))
+    return PostgresSink(url)
+
+
+_STOP = object()
+_RETRIES = 5
+
+
+class PredictionLogger:
+    """Samples, buffers and writes prediction records without slowing requests.
+
+    Example::
+
+        logger = PredictionLogger(config.prediction_log, open_sink(config.prediction_log.url))
+        if logger.sampled():
+            logger.record(PredictionRecord(...))
+        logger.close()   # on shutdown: drains the buffer
+    """
+
+    def __init__(
+        self,
+        config: PredictionLogConfig,
+        sink: Sink,
+        on_dropped: Callable[[int], None] = lambda n: None,
+        on_written: Callable[[int], None] = lambda n: None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self._config = config
+        self._sink = sink
+        self._on_dropped = on_dropped
+        self._on_written = on_written
+        self._rng = rng
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=config.max_buffer)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._write_loop, name="servinglib-prediction-log", daemon=True
+        )
+        self._thread.start()
+
+    def sampled(self) -> bool:
+        """Draw whether the next request is logged."""
+        return self._config.sample_rate >= 1.0 or self._rng() < self._config.sample_rate
+
+    def record(self, record: PredictionRecord) -> bool:
+        """Queue ``record``; False (and counted) when the buffer is full or closed."""
+        if self._closed.is_set():
+            self._on_dropped(1)
+            return False
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self._on_dropped(1)
+            return False
+        return True
+
+    def record_prediction(
+        self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
+    ) -> None:
+        """Log a primary answer (a :class:`~servinglib.service.PredictionRecorder`)."""
+        self.record(
+            PredictionRecord(
+                request_id, time.time(), model, version, None, features, output, seconds * 1000
+            )
+        )
+
+    def record_shadow(
+        self,
+        request_id: str,
+        model: str,
+        shadow: str,
+        primary: str,
+        features: Any,
+        output: Any,
+        seconds: float,
+    ) -> None:
+        """Log a shadow answer (a :class:`~servinglib.shadow.ShadowRecorder`)."""
+        self.record(
+            PredictionRecord(
+                request_id, time.time(), model, shadow, primary, features, output, seconds * 1000
+            )
+        )
+
+    def _write_loop(self) -> None:
+        interval = self._config.flush_interval_ms / 1000
+        stopping = False
+        while not stopping:
+            batch: list[PredictionRecord] = []
+            deadline = time.monotonic() + interval
+            while len(batch) < self._config.batch_size:
+                try:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                assert isinstance(item, PredictionRecord)
+                batch.append(item)
+            if stopping:  # drain everything accepted before close()
+                while True:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(item, PredictionRecord):
+                        batch.append(item)
+            if batch:
+                self._write(batch)
+        self._sink.close()
+
+    def _write(self, batch: list[PredictionRecord]) -> None:
+        """Write ``batch`` in chunks; retry a failed chunk with backoff, then drop and count."""
+        rows = [record.row() for record in batch]
+        written = failures = 0
+        while written < len(rows):
+            chunk = rows[written : written + self._config.batch_size]
+            try:
+                self._sink.write(chunk)
+            except Exception:
+                failures += 1
+                self._sink.close()
+                if failures >= _RETRIES:
+                    log.error(
+                        "prediction log: %d records dropped after %d failed writes",
+                        len(rows) - written,
+                        failures,
+                        exc_info=True,
+                    )
+                    self._on_dropped(len(rows) - written)
+                    return
+                log.warning(
+                    "prediction log write failed (attempt %d of %d)",
+                    failures,
+                    _RETRIES,
+                    exc_info=True,
+                )
+                time.sleep(min(2.0, 0.1 * 2**failures))
+                continue
+            written += len(chunk)
+            self._on_written(len(chunk))
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop accepting records, write every queued one, then close the sink."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._queue.put(_STOP)  # may block briefly when full: the writer is draining it
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.error("prediction log writer did not finish within %.0f s", timeout_s)

@@ -1,0 +1,306 @@
+"""Shadow traffic: copies of answered requests run on other versions, off the request path.
+
+The primary answers the client first. Then, for each configured shadow whose sample
+draw hits, a copy of the decoded request and the primary's output go to a bounded
+per-worker executor. When the executor and its queue are full, the copy is dropped and
+counted; nothing waits. Shadow exceptions and timeouts are logged and counted, and can
+never change the primary's status or body.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from servinglib._importing import import_object
+from servinglib.config import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
+from servinglib.errors import ConfigError, ServinglibError
+from servinglib.model import Tolerance
+from servinglib.registry import ModelRegistry
+from servinglib.selftest import compare_outputs, to_plain
+
+__all__ = [
+    "Comparison",
+    "ShadowListener",
+    "ShadowRouter",
+    "make_comparator",
+]
+
+log = logging.getLogger("servinglib.shadow")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Whether a shadow agreed with the primary, and by how much they differ (if numeric)."""
+
+    agree: bool
+    difference: float | None = None
+
+
+Comparator = Callable[[Any, Any], Comparison]
+
+
+class ShadowListener(Protocol):
+    """Told what happened to each shadow copy; the metrics layer implements it."""
+
+    def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
+        """The executor was full: the copy was not run."""
+
+    def shadow_finished(
+        self, model: str, primary: str, shadow: str, outcome: str, seconds: float
+    ) -> None:
+        """A copy ran: ``outcome`` is ok, error, timeout or not_ready."""
+
+    def shadow_compared(
+        self, model: str, primary: str, shadow: str, comparison: Comparison
+    ) -> None:
+        """A shadow answer was compared with the primary's."""
+
+
+class ShadowRecorder(Protocol):
+    """Receives shadow answers for the prediction log."""
+
+    def record_shadow(
+        self,
+        request_id: str,
+        model: str,
+        shadow: str,
+        primary: str,
+        features: Any,
+        output: Any,
+        seconds: float,
+    ) -> None:
+        """Log one shadow answer."""
+
+
+def _numbers(value: Any) -> list[float]:
+    """Every number in a plain JSON-like value, depth first."""
+    if isinstance(value, bool):
+        return [float(value)]
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, Mapping):
+        return [n for key in value for n in _numbers(value[key])]
+    if isinstance(value, list):
+        return [n for item in value for n in _numbers(item)]
+    return []
+
+
+def _pick(value: Any, field: str | None) -> Any:
+    plain = to_plain(value)
+    if field is not None and isinstance(plain, dict):
+        return plain.get(field)
+    return plain
+
+
+def _numeric(config: ComparatorConfig) -> Comparator:
+    tolerance = Tolerance(atol=config.atol, rtol=config.rtol)
+
+    def compare(primary: Any, shadow: Any) -> Comparison:
+        expected, actual = _pick(primary, config.field), _pick(shadow, config.field)
+        agree = not compare_outputs(expected, actual, tolerance)
+        a, b = _numbers(expected), _numbers(actual)
+        difference = (
+            max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
+            if len(a) == len(b)
+            else None
+        )
+        return Comparison(agree, difference)
+
+    return compare
+
+
+def _exact(config: ComparatorConfig) -> Comparator:
+    def compare(primary: Any, shadow: Any) -> Comparison:
+        return Comparison(_pick(primary, config.field) == _pick(shadow, config.field))
+
+    return compare
+
+
+def _cosine(config: ComparatorConfig) -> Comparator:
+    def compare(primary: Any, shadow: Any) -> Comparison:
+        a, b = _numbers(_pick(primary, config.field)), _numbers(_pick(shadow, config.field))
+        if len(a) != len(b) or not a:
+            return Comparison(False, None)
+        norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+        similarity = sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else float(a == b)
+        return Comparison(similarity >= config.min_similarity, 1.0 - similarity)
+
+    return compare
+
+
+def _top1(config: ComparatorConfig) -> Comparator:
+    def label(value: Any) -> Any:
+        picked = _pick(value, config.field)
+        if isinstance(picked, str):
+            return picked
+        numbers = _numbers(picked)
+        return max(range(len(numbers)), key=numbers.__getitem__) if numbers else None
+
+    def compare(primary: Any, shadow: Any) -> Comparison:
+        return Comparison(label(primary) == label(shadow))
+
+    return compare
+
+
+def make_comparator(
+    config: ComparatorConfig, root: Path, python_path: Sequence[Path] = ()
+) -> Comparator:
+    """Build the comparator a shadow's ``comparator:`` entry describes.
+
+    Raises:
+        ConfigError: a custom comparator function cannot be imported.
+    """
+    if config.kind == "custom":
+        assert config.function is not None
+        try:
+            function = import_object(config.function, root, python_path)
+        except ServinglibError as e:
+            raise ConfigError(f"custom comparator {config.function!r}: {e}") from e
+        if not callable(function):
+            raise ConfigError(f"custom comparator {config.function!r} is not callable")
+
+        def custom(primary: Any, shadow: Any) -> Comparison:
+            result = function(to_plain(primary), to_plain(shadow))
+            if isinstance(result, tuple):
+                return Comparison(bool(result[0]), float(result[1]))
+            return Comparison(bool(result))
+
+        return custom
+    builders = {"numeric": _numeric, "exact": _exact, "cosine": _cosine, "top1": _top1}
+    return builders[config.kind](config)
+
+
+@dataclass(frozen=True)
+class _Shadow:
+    config: ShadowConfig
+    compare: Comparator
+
+
+class ShadowRouter:
+    """Runs sampled shadow copies on a bounded executor and reports every outcome.
+
+    Example::
+
+        router = ShadowRouter(registry, listener=metrics)
+        router.submit("eta", "2", features, primary_output, request_id)
+    """
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        listener: ShadowListener | None = None,
+        recorder: ShadowRecorder | None = None,
+        executor: ShadowExecutorConfig | None = None,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        config = registry.config
+        bounds = executor or config.shadow_executor
+        self._registry = registry
+        self._listener = listener
+        self._recorder = recorder
+        self._rng = rng
+        self._shadows: dict[str, list[_Shadow]] = {}
+        for name in registry.model_names():
+            model = registry.model_config(name)
+            self._shadows[name] = [
+                _Shadow(s, make_comparator(s.comparator, config.root, config.python_path))
+                for s in model.shadows
+            ]
+        self.enabled = any(self._shadows.values())
+        self._slots = threading.BoundedSemaphore(bounds.max_concurrency + bounds.max_queue)
+        self._executor = ThreadPoolExecutor(
+            bounds.max_concurrency, thread_name_prefix="servinglib-shadow"
+        )
+        self._pending: set[Future[None]] = set()
+        self._pending_lock = threading.Lock()
+
+    def submit(self, model: str, primary: str, features: Any, output: Any, request_id: str) -> None:
+        """Copy an answered request to the sampled shadows of ``model``; never blocks."""
+        for shadow in self._shadows.get(model, ()):
+            version = shadow.config.version
+            if version == primary or self._rng() >= shadow.config.sample_rate:
+                continue
+            if not self._slots.acquire(blocking=False):
+                if self._listener:
+                    self._listener.shadow_dropped(model, primary, version)
+                continue
+            try:
+                future = self._executor.submit(
+                    self._run, shadow, model, primary, features, output, request_id
+                )
+            except RuntimeError:  # executor shut down: the worker is exiting
+                self._slots.release()
+                if self._listener:
+                    self._listener.shadow_dropped(model, primary, version)
+                continue
+            with self._pending_lock:
+                self._pending.add(future)
+            future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._pending_lock:
+            self._pending.discard(future)
+
+    def _run(
+        self, shadow: _Shadow, model: str, primary: str, features: Any, output: Any, request_id: str
+    ) -> None:
+        version = shadow.config.version
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            record = self._registry.get(model, version)
+            assert record.instance is not None
+            answer = record.instance.predict(features)
+            elapsed = time.perf_counter() - started
+            if elapsed * 1000 > shadow.config.timeout_ms:
+                outcome = "timeout"
+                log.warning(
+                    "shadow %r version %r took %.0f ms (timeout %d ms); not compared",
+                    model,
+                    version,
+                    elapsed * 1000,
+                    shadow.config.timeout_ms,
+                )
+                return
+            comparison = shadow.compare(output, answer)
+            if self._listener:
+                self._listener.shadow_compared(model, primary, version, comparison)
+            if self._recorder:
+                self._recorder.record_shadow(
+                    request_id, model, version, primary, features, answer, elapsed
+                )
+        except ServinglibError as e:
+            outcome = "not_ready"
+            log.warning("shadow %r version %r cannot answer: %s", model, version, e)
+        except Exception:
+            outcome = "error"
+            log.warning(
+                "shadow %r version %r raised (request %s)",
+                model,
+                version,
+                request_id,
+                exc_info=True,
+            )
+        finally:
+            self._slots.release()
+            if self._listener:
+                self._listener.shadow_finished(
+                    model, primary, version, outcome, time.perf_counter() - started
+                )
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop accepting copies and wait up to ``timeout_s`` for those already accepted."""
+        self._executor.shutdown(wait=False)
+        with self._pending_lock:
+            pending = set(self._pending)
+        if pending:
+            wait(pending, timeout=timeout_s)

@@ -27,7 +27,9 @@ REPO_ROOT = Path(__file__).parent.parent
 def _no_inherited_servinglib_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests must not pick up overrides or metrics directories from the shell."""
     for key in list(os.environ):
-        if key.startswith("SERVINGLIB_") or key == "PROMETHEUS_MULTIPROC_DIR":
+        if (
+            key.startswith("SERVINGLIB_") and not key.startswith("SERVINGLIB_TEST_")
+        ) or key == "PROMETHEUS_MULTIPROC_DIR":
             monkeypatch.delenv(key)
 
 

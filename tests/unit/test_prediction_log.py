@@ -1,0 +1,161 @@
+"""servinglib.monitoring.prediction_log: bounded, batched, lossless on close."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servinglib.config import PredictionLogConfig
+from servinglib.monitoring.prediction_log import (
+    PredictionLogger,
+    PredictionRecord,
+    SqliteSink,
+    open_sink,
+)
+
+
+def record(i: int, shadow_of: str | None = None) -> PredictionRecord:
+    return PredictionRecord(
+        f"r{i}", time.time(), "eta", "2", shadow_of, {"x": i}, {"y": np.float32(i)}, 1.5
+    )
+
+
+def rows(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as connection:
+        return connection.execute(
+            "SELECT request_id, model, version, shadow_of, features, output, latency_ms FROM predictions ORDER BY id"
+        ).fetchall()
+
+
+def test_every_accepted_record_is_written_by_close(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    written: list[int] = []
+    logger = PredictionLogger(
+        PredictionLogConfig(url=f"sqlite:///{path}", batch_size=7, flush_interval_ms=10_000),
+        open_sink(f"sqlite:///{path}"),
+        on_written=written.append,
+    )
+    for i in range(50):
+        assert logger.record(record(i))
+    logger.close()
+    stored = rows(path)
+    assert len(stored) == 50
+    assert sum(written) == 50
+    assert max(written) <= 7
+    first = stored[0]
+    assert first[:4] == ("r0", "eta", "2", None)
+    assert json.loads(first[4]) == {"x": 0}
+    assert json.loads(first[5]) == {"y": 0.0}
+    assert not logger.record(record(99)), "records after close are refused"
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_flush_interval_writes_without_close(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    logger = PredictionLogger(
+        PredictionLogConfig(url="", flush_interval_ms=20), SqliteSink(str(path))
+    )
+    logger.record(record(1))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (path.exists() and rows(path)):
+        time.sleep(0.02)
+    assert len(rows(path)) == 1
+    logger.close()
+
+
+class BlockingSink:
+    """A sink that holds the writer until released, then remembers every row."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.rows: list[tuple[Any, ...]] = []
+
+    def write(self, batch: Sequence[tuple[Any, ...]]) -> None:
+        self.release.wait(30)
+        self.rows.extend(batch)
+
+    def close(self) -> None:
+        pass
+
+
+def test_full_buffer_drops_and_counts_without_blocking() -> None:
+    sink = BlockingSink()
+    dropped: list[int] = []
+    logger = PredictionLogger(
+        PredictionLogConfig(url="", max_buffer=5, batch_size=1, flush_interval_ms=1),
+        sink,
+        on_dropped=dropped.append,
+    )
+    logger.record(record(0))
+    time.sleep(0.1)  # the writer takes record 0 and blocks in the sink
+    started = time.perf_counter()
+    accepted = sum(logger.record(record(i)) for i in range(1, 21))
+    assert time.perf_counter() - started < 0.05
+    assert accepted == 5
+    assert sum(dropped) == 15
+    sink.release.set()
+    logger.close()
+    assert len(sink.rows) == 6
+
+
+class FlakySink(BlockingSink):
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def write(self, batch: Sequence[tuple[Any, ...]]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("database went away")
+        self.rows.extend(batch)
+
+
+def test_failed_writes_are_retried() -> None:
+    sink = FlakySink(failures=2)
+    logger = PredictionLogger(PredictionLogConfig(url="", flush_interval_ms=5), sink)
+    for i in range(3):
+        logger.record(record(i))
+    logger.close()
+    assert [row[0] for row in sink.rows] == ["r0", "r1", "r2"]
+
+
+def test_a_sink_that_stays_down_drops_and_counts() -> None:
+    sink = FlakySink(failures=100)
+    dropped: list[int] = []
+    logger = PredictionLogger(
+        PredictionLogConfig(url="", flush_interval_ms=5), sink, on_dropped=dropped.append
+    )
+    logger.record(record(0))
+    logger.close()
+    assert sum(dropped) == 1
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
+    reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
+)
+def test_postgres_sink() -> None:
+    import psycopg
+
+    url = os.environ["SERVINGLIB_TEST_POSTGRES_URL"]
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS predictions")
+    logger = PredictionLogger(PredictionLogConfig(url=url, batch_size=10), open_sink(url))
+    for i in range(25):
+        logger.record(record(i, shadow_of="1" if i % 5 == 0 else None))
+    logger.close()
+    with psycopg.connect(url) as connection:
+        count, shadows = connection.execute(
+            "SELECT count(*), count(shadow_of) FROM predictions"
+        ).fetchone()
+    assert (count, shadows) == (25, 5)

@@ -84,6 +84,8 @@ def _validate(config_path: str) -> int:
     config, problems = validate_service(config_path)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
+    if config is None:
+        return EXIT_USAGE
     if problems:
         return EXIT_FAILED
     assert config is not None

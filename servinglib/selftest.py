@@ -130,7 +130,7 @@ def to_plain(value: Any) -> Any:
 
 def compare_outputs(expected: Any, actual: Any, tolerance: Tolerance, path: str = "$") -> list[str]:
     """List every difference between ``expected`` and ``actual`` (empty when they match)."""
-    actual = to_plain(actual)
+    expected, actual = to_plain(expected), to_plain(actual)
     if isinstance(expected, dict):
         if not isinstance(actual, dict):
             return [f"{path}: expected an object, got {_short(actual)}"]
@@ -161,8 +161,8 @@ def _is_number(value: Any) -> bool:
 
 
 def _compare_float(expected: float, actual: float, tol: Tolerance, path: str) -> list[str]:
-    if math.isnan(expected) and math.isnan(actual):
-        return []
+    if expected == actual or (math.isnan(expected) and math.isnan(actual)):
+        return []  # also covers matching infinities, whose difference is NaN
     allowed = tol.atol + tol.rtol * abs(expected)
     diff = abs(actual - expected)
     if diff <= allowed:

@@ -315,7 +315,8 @@ def encode_response(
     body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
     if request_id is not None:
         body["id"] = request_id
-    header = json.dumps(body, separators=(",", ":")).encode("utf-8")
+    # NaN and Infinity are not JSON: refuse them rather than emit a body clients cannot parse.
+    header = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)

@@ -22,6 +22,7 @@ infer_blueprint = Blueprint("infer", __name__)
 def infer() -> Response:
     """Answer ``{"model_id", "version"?, "features"}`` with the model's output."""
     service: InferenceService = current_app.extensions["servinglib.service"]
+    mark_inference("infer", "_unknown")  # counted even when the body cannot be read
     require_json_content_type()
     body = json_body()
     if not isinstance(body, dict):
@@ -29,7 +30,7 @@ def infer() -> Response:
             'the body must be a JSON object: {"model_id": ..., "features": ...}'
         )
     model = body.get("model_id")
-    mark_inference("infer", model_label(service, model))
+    g.model = model_label(service, model)
     if not isinstance(model, str):
         raise InvalidInputError("`model_id` is required and must be a string", field="model_id")
     version = body.get("version")

@@ -9,6 +9,7 @@ until the app has loaded.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import threading
@@ -30,13 +31,27 @@ _booted = threading.Event()
 
 
 def prepare_metrics_dir(default: Path) -> Path:
-    """Set ``PROMETHEUS_MULTIPROC_DIR`` (before prometheus_client is imported) and empty it."""
-    directory = Path(os.environ.get(MULTIPROC_ENV) or default)
+    """Set ``PROMETHEUS_MULTIPROC_DIR`` (before prometheus_client is imported) and empty it.
+
+    A directory given by the environment is only emptied of metric files (``*.db``); a
+    directory servinglib creates is removed when the process that created it exits
+    (never when a forked worker exits).
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    directory = Path(given) if given else default
     os.environ[MULTIPROC_ENV] = str(directory)
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    for leftover in directory.glob("*.db"):
+        leftover.unlink()
+    if not given:
+        owner = os.getpid()
+        atexit.register(_remove_if_owner, directory, owner)
     return directory
+
+
+def _remove_if_owner(directory: Path, owner: int) -> None:
+    if os.getpid() == owner:  # forked workers inherit atexit handlers; only the master cleans
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def on_starting(server: Any) -> None:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +47,18 @@ def serve(
 
         serve("servinglib.yaml", port=8080, workers=2)
     """
-    config: ServiceConfig = load_config(config_path)  # fail fast, with a clear message
-    server = replace(
-        config.server,
-        host=host if host is not None else config.server.host,
-        port=port if port is not None else config.server.port,
-        workers=workers if workers is not None else config.server.workers,
-        threads=threads if threads is not None else config.server.threads,
-    )
-    created = Path(tempfile.mkdtemp(prefix="servinglib-metrics-"))
-    directory = prepare_metrics_dir(created)
-    if directory == created:
-        atexit.register(shutil.rmtree, created, ignore_errors=True)
-    else:
-        created.rmdir()
+    # Flags go through the same schema as the file and SERVINGLIB_* variables.
+    flags = {
+        "SERVINGLIB_HOST": host,
+        "SERVINGLIB_PORT": port,
+        "SERVINGLIB_WORKERS": workers,
+        "SERVINGLIB_THREADS": threads,
+    }
+    environ = {**os.environ, **{k: str(v) for k, v in flags.items() if v is not None}}
+    config: ServiceConfig = load_config(config_path, environ)  # fail fast, with a clear message
+    server = config.server
+    prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
+    # Workers read the config again: hand them the same overrides.
+    os.environ.update({k: v for k, v in environ.items() if k.startswith("SERVINGLIB_")})
     os.environ["SERVINGLIB_CONFIG"] = str(config.source)
     _GunicornApp(gunicorn_settings(server)).run()

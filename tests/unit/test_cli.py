@@ -112,6 +112,13 @@ def test_invalid_config_is_reported_not_raised(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+def test_serve_flags_are_checked_by_the_schema(passing_config: Path) -> None:
+    result = run("serve", "--config", str(passing_config), "--workers", "0")
+    assert result.returncode == 2
+    assert "server.workers" in result.stderr
+    assert "minimum of 1" in result.stderr
+
+
 def test_version_flag() -> None:
     result = run("--version")
     assert result.returncode == 0

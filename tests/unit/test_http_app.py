@@ -135,6 +135,11 @@ def test_body_too_large_is_413_json(service_config: Path) -> None:
     response = app.test_client().post("/infer", json={"model_id": "echo", "features": "x" * 4096})
     assert response.status_code == 413
     assert "larger than the limit of 2048 bytes" in response.get_json()["error"]
+    metrics = app.test_client().get("/metrics").get_data(as_text=True)
+    assert (
+        'servinglib_requests_total{model="_unknown",outcome="too_large",protocol="infer",version=""} 1.0'
+        in metrics
+    )
 
 
 def test_probes(client: FlaskClient) -> None:

@@ -1,0 +1,183 @@
+"""pytest plugin for service repositories: the app in-process, a client, and assertions.
+
+Enable it in the service's ``tests/conftest.py``::
+
+    pytest_plugins = ["servinglib.testing"]
+
+then test a model through the real app, exactly as gunicorn would serve it::
+
+    def test_infer(servinglib_client):
+        output = infer(servinglib_client, "eta", {"distance_km": 2.0})
+        assert_close(output, {"eta_s": 312.0}, rtol=0.01)
+
+Fixtures:
+    servinglib_config_path: ``servinglib.yaml`` in pytest's root directory; override the
+        fixture in a conftest.py to test another file.
+    servinglib_app: the app of :func:`servinglib.http.app.create_app_from_config`, every
+        model loaded and self-tested; built once per test session.
+    servinglib_client: a Flask test client of that app.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from servinglib.checks import run_all_selftests
+from servinglib.config import load_config
+from servinglib.model import Tolerance
+from servinglib.registry import VersionRecord, VersionState
+from servinglib.selftest import compare_outputs, to_plain
+
+if TYPE_CHECKING:
+    from flask import Flask
+    from flask.testing import FlaskClient
+
+__all__ = [
+    "assert_close",
+    "assert_selftests_pass",
+    "infer",
+    "infer_v2",
+    "servinglib_app",
+    "servinglib_client",
+    "servinglib_config_path",
+]
+
+# NumPy dtype -> Open Inference datatype, for the tensors infer_v2 sends.
+_DATATYPES = {
+    "bool": "BOOL",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
+_DTYPES = {datatype: dtype for dtype, datatype in _DATATYPES.items()}
+
+
+@pytest.fixture(scope="session")
+def servinglib_config_path(request: pytest.FixtureRequest) -> Path:
+    """``servinglib.yaml`` in pytest's root directory (the service repository)."""
+    path = Path(request.config.rootpath) / "servinglib.yaml"
+    if not path.is_file():
+        raise pytest.UsageError(
+            f"{path} not found; run pytest from the service repository or override the "
+            "servinglib_config_path fixture in conftest.py"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def servinglib_app(servinglib_config_path: Path) -> Flask:
+    """The service's app with every model loaded and self-tested, as a gunicorn worker has it."""
+    from servinglib.http.app import create_app_from_config
+
+    return create_app_from_config(servinglib_config_path)
+
+
+@pytest.fixture
+def servinglib_client(servinglib_app: Flask) -> FlaskClient:
+    """A test client of :func:`servinglib_app`: requests go through the whole HTTP stack."""
+    return servinglib_app.test_client()
+
+
+def assert_selftests_pass(
+    config_path: str | os.PathLike[str], model: str | None = None
+) -> list[VersionRecord]:
+    """Load every version (of ``model``, or of every model) and run its self-tests.
+
+    Returns:
+        The records of the versions, all READY.
+
+    Raises:
+        AssertionError: naming each version that failed to load or failed a self-test.
+    """
+    config = load_config(config_path)
+    if model is not None:
+        selected = tuple(m for m in config.models if m.name == model)
+        if not selected:
+            names = ", ".join(m.name for m in config.models)
+            raise AssertionError(f"{config_path} has no model {model!r}; its models: {names}")
+        config = dataclasses.replace(config, models=selected)
+    records = run_all_selftests(config)
+    failed = [r for r in records if r.state is not VersionState.READY]
+    if failed:
+        lines = [f"  {r.model} version {r.version}: {r.state.value}: {r.reason}" for r in failed]
+        raise AssertionError(f"{len(failed)} version(s) are not READY:\n" + "\n".join(lines))
+    return records
+
+
+def infer(client: FlaskClient, model: str, features: Any, version: str | None = None) -> Any:
+    """``POST /infer`` and return the ``output``; raises AssertionError unless it is 200."""
+    body: dict[str, Any] = {"model_id": model, "features": to_plain(features)}
+    if version is not None:
+        body["version"] = version
+    response = client.post("/infer", json=body)
+    if response.status_code != 200:
+        raise AssertionError(
+            f"POST /infer for model {model!r} answered {response.status_code}: "
+            f"{response.get_data(as_text=True)}"
+        )
+    return response.get_json()["output"]
+
+
+def infer_v2(
+    client: FlaskClient, model: str, inputs: Mapping[str, Any], version: str | None = None
+) -> dict[str, np.ndarray]:
+    """Open Inference v2 request with JSON tensors; returns each output as an array.
+
+    Each input is converted with ``numpy.asarray``; its dtype picks the v2 datatype, so pass
+    ``np.array(..., dtype=np.float32)`` for an FP32 input.
+
+    Raises:
+        AssertionError: the answer is not 200.
+    """
+    tensors = []
+    for name, value in inputs.items():
+        array = np.asarray(value)
+        datatype = _DATATYPES.get(array.dtype.name, "BYTES")
+        tensors.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": datatype,
+                "data": to_plain(array.reshape(-1)),
+            }
+        )
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+    response = client.post(path, json={"inputs": tensors})
+    if response.status_code != 200:
+        raise AssertionError(
+            f"POST {path} answered {response.status_code}: {response.get_data(as_text=True)}"
+        )
+    outputs: dict[str, np.ndarray] = {}
+    for output in response.get_json()["outputs"]:
+        dtype = _DTYPES.get(output["datatype"], "object")
+        outputs[output["name"]] = np.asarray(output["data"], dtype=dtype).reshape(output["shape"])
+    return outputs
+
+
+def assert_close(actual: Any, expected: Any, *, atol: float = 1e-8, rtol: float = 1e-5) -> None:
+    """Compare like a self-test does: numbers within tolerance, the rest exactly.
+
+    Arrays are compared as nested lists, so ``{"y": np.array([[2.0]])}`` matches
+    ``{"y": [[2.0]]}``.
+
+    Raises:
+        AssertionError: listing every difference with its path, e.g. ``$.y[0][0]``.
+    """
+    problems = compare_outputs(to_plain(expected), actual, Tolerance(atol=atol, rtol=rtol))
+    if problems:
+        raise AssertionError("outputs differ:\n  " + "\n  ".join(problems))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,14 @@ _CONSTRAINT_KEYWORDS = (
 
 
 def _cell(text: str) -> str:
-    """Make ``text`` safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Make ``text`` safe inside a Markdown table cell.
+
+    Pipes would split the cell; ``<`` outside code spans would start an HTML tag.
+    """
+    parts = text.replace("|", "\\|").replace("\n", " ").split("`")
+    for i in range(0, len(parts), 2):  # even parts lie outside code spans
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
 
 
 def _resolve(schema: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,25 +106,80 @@ def _default(node: Mapping[str, Any]) -> str:
     return f"`{json.dumps(node['default'])}`" if "default" in node else ""
 
 
-def _object_sections(
-    schema: Mapping[str, Any], node: Mapping[str, Any], path: str
-) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Yield ``(path, object schema)`` for ``node`` and every nested object with properties."""
+@dataclass
+class _Section:
+    """One object level of the schema, and every key path where it appears."""
+
+    paths: list[str]
+    node: Mapping[str, Any]
+
+
+def _collect_sections(
+    schema: Mapping[str, Any],
+    raw: Mapping[str, Any],
+    path: str,
+    sections: dict[str, _Section],
+) -> None:
+    """Add ``raw`` and every nested object with properties to ``sections``, in document order.
+
+    An object reached through the same ``$ref`` from several keys is one section listing all
+    of its key paths.
+    """
+    node = _resolve(schema, raw)
     if not isinstance(node.get("properties"), Mapping):
         return
-    yield path, node
-    for key, raw in node["properties"].items():
-        child = _resolve(schema, raw)
+    identity = str(raw.get("$ref", path))
+    if identity in sections:
+        sections[identity].paths.append(path)
+        return
+    sections[identity] = _Section([path], node)
+    for key, child_raw in node["properties"].items():
+        child = _resolve(schema, child_raw)
         child_path = f"{path}.{key}" if path else key
         if child.get("type") == "object":
-            yield from _object_sections(schema, child, child_path)
+            _collect_sections(schema, child_raw, child_path, sections)
         elif child.get("type") == "array" and isinstance(child.get("items"), Mapping):
-            yield from _object_sections(schema, _resolve(schema, child["items"]), f"{child_path}[]")
+            _collect_sections(schema, child["items"], f"{child_path}[]", sections)
+
+
+def _alternatives(node: Mapping[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    """Keys named by ``oneOf``/``anyOf`` ``required`` alternatives: key -> (keyword, group)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for keyword in ("oneOf", "anyOf"):
+        options = node.get(keyword)
+        if not isinstance(options, list):
+            continue
+        group = [key for option in options for key in option.get("required", ())]
+        for key in group:
+            out[key] = (keyword, group)
+    return out
+
+
+def _alternatives_note(node: Mapping[str, Any]) -> list[str]:
+    notes: list[str] = []
+    for keyword, phrase in (("oneOf", "Exactly one"), ("anyOf", "At least one")):
+        options = node.get(keyword)
+        if isinstance(options, list):
+            keys = [key for option in options for key in option.get("required", ())]
+            if keys:
+                notes.append(f"{phrase} of {', '.join(f'`{k}`' for k in keys)} is required.")
+    return notes
+
+
+def _required_cell(key: str, required: set[str], alternatives: Mapping[str, Any]) -> str:
+    if key in required:
+        return "yes"
+    if key not in alternatives:
+        return "no"
+    keyword, group = alternatives[key]
+    others = ", ".join(f"`{k}`" for k in group if k != key)
+    return f"yes, unless {others} is set" if keyword == "oneOf" else f"this or {others}"
 
 
 def _object_table(schema: Mapping[str, Any], node: Mapping[str, Any], path: str) -> list[str]:
     with_env = path == "server"
     required = set(node.get("required", ()))
+    alternatives = _alternatives(node)
     header = ["Key", "Type", "Required", "Default", "Description", "Constraints"]
     if with_env:
         header.append("Environment variable")
@@ -127,7 +189,7 @@ def _object_table(schema: Mapping[str, Any], node: Mapping[str, Any], path: str)
         row = [
             f"`{key}`",
             _type_of(schema, child),
-            "yes" if key in required else "no",
+            _required_cell(key, required, alternatives),
             _default(child),
             str(child.get("description", "")),
             _constraints(schema, child),
@@ -163,12 +225,18 @@ def render_config_reference() -> str:
         "",
         f"`{ENV_PREFIX}CONFIG` names the file itself (default `servinglib.yaml`).",
     ]
-    for path, node in _object_sections(schema, schema, ""):
-        title = f"`{path}`" if path else "Top level"
+    sections: dict[str, _Section] = {}
+    _collect_sections(schema, schema, "", sections)
+    for section in sections.values():
+        path, node = section.paths[0], section.node
+        title = ", ".join(f"`{p}`" for p in section.paths) if path else "Top level"
         lines += ["", f"## {title}", ""]
         description = node.get("description")
         if path and isinstance(description, str):
             lines += [_cell(description), ""]
+        notes = _alternatives_note(node)
+        if notes:
+            lines += [*notes, ""]
         lines += _object_table(schema, node, path)
     return "\n".join(lines) + "\n"
 

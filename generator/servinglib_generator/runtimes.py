@@ -1,0 +1,26 @@
+"""The runtimes a generated model can use, and the packages each one needs at serve time.
+
+``python`` is a :class:`servinglib.Model` subclass in ``models/<model>/model.py``; ``onnx``
+and ``torch`` serve a standard artifact (``model.onnx``, ``torch.export``'s ``model.pt2``) with no
+Python of the team's own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["RUNTIMES", "RUNTIME_REQUIREMENTS", "TORCH_REQUIREMENT", "Runtime"]
+
+Runtime = Literal["python", "onnx", "torch"]
+RUNTIMES: tuple[Runtime, ...] = ("python", "onnx", "torch")
+
+# The CPU build, pinned exactly: a bare `torch` would pull a multi-GB CUDA build. CI and the
+# Dockerfile of a generated repository add PyTorch's CPU index so pip finds 2.13.0+cpu.
+TORCH_REQUIREMENT = "torch==2.13.0"
+
+# Runtime -> (distribution name, requirements.txt line) it adds to a generated repository.
+RUNTIME_REQUIREMENTS: dict[Runtime, tuple[tuple[str, str], ...]] = {
+    "python": (),
+    "onnx": (("onnxruntime", "onnxruntime>=1.17"),),
+    "torch": (("torch", TORCH_REQUIREMENT),),
+}

@@ -15,10 +15,12 @@ every version behind gunicorn with self-tests, metrics and the Open Inference pr
 
 from servinglib.errors import (
     ConfigError,
+    DeadlineExceededError,
     InvalidInputError,
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    OverloadedError,
     PredictionError,
     SelfTestDataError,
     ServinglibError,
@@ -29,11 +31,13 @@ from servinglib.model import Model, SelfTestCase, TensorSpec, Tolerance
 
 __all__ = [
     "ConfigError",
+    "DeadlineExceededError",
     "InvalidInputError",
     "Model",
     "ModelLoadError",
     "ModelNotFoundError",
     "ModelNotReadyError",
+    "OverloadedError",
     "PredictionError",
     "SelfTestCase",
     "SelfTestDataError",

@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from servinglib.batching import BatchPolicy
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
@@ -141,6 +142,9 @@ class ModelConfig:
     routing_header: str = "x-routing-key"
     routing_feature: str | None = None
     shadows: tuple[ShadowConfig, ...] = ()
+    batching: BatchPolicy | None = None
+    instances: int | None = None
+    deadline_ms: int = 10000
     key_path: str = ""
 
 
@@ -340,6 +344,28 @@ def _check_routed_versions(
             )
 
 
+def _batch_policy(raw: Mapping[str, Any] | None, label: str, where: str) -> BatchPolicy | None:
+    if raw is None:
+        return None
+    policy = BatchPolicy(
+        **{**raw, "preferred_batch_sizes": tuple(raw.get("preferred_batch_sizes", ()))}
+    )
+    too_big = [p for p in policy.preferred_batch_sizes if p > policy.max_batch_size]
+    if too_big:
+        raise ConfigError(
+            f"preferred_batch_sizes {too_big} exceed max_batch_size {policy.max_batch_size}",
+            source=label,
+            key_path=f"{where}.batching.preferred_batch_sizes",
+        )
+    if policy.default_priority >= policy.priority_levels:
+        raise ConfigError(
+            f"default_priority {policy.default_priority} needs priority_levels > it",
+            source=label,
+            key_path=f"{where}.batching.default_priority",
+        )
+    return policy
+
+
 def _resolve_log_url(url: str, root: Path, label: str) -> str:
     """Resolve a relative SQLite path against ``root`` (and keep it inside)."""
     if not url.startswith("sqlite:///"):
@@ -426,6 +452,9 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     )
                     for s in entry.get("shadow", [])
                 ),
+                batching=_batch_policy(entry.get("batching"), label, where),
+                instances=entry.get("instances"),
+                deadline_ms=entry.get("deadline_ms", 10000),
                 key_path=where,
             )
         )

@@ -12,6 +12,8 @@ Every error servinglib raises on purpose derives from :class:`ServinglibError`, 
     ├── ModelNotReadyError        the version exists but is not READY (loading or FAILED)
     ├── InvalidInputError         the request body or features are invalid
     │   └── UnsupportedRequestError   a feature of a protocol we do not serve
+    ├── OverloadedError           a bounded queue is full: shed, retry later
+    ├── DeadlineExceededError     the request's deadline passed before it could be answered
     └── PredictionError           the model raised while answering a request
 
 HTTP status codes live only in ``servinglib.http``; this module knows nothing about HTTP.
@@ -23,10 +25,12 @@ from collections.abc import Sequence
 
 __all__ = [
     "ConfigError",
+    "DeadlineExceededError",
     "InvalidInputError",
     "ModelLoadError",
     "ModelNotFoundError",
     "ModelNotReadyError",
+    "OverloadedError",
     "PredictionError",
     "SelfTestDataError",
     "ServinglibError",
@@ -109,6 +113,14 @@ class InvalidInputError(ServinglibError):
 
 class UnsupportedRequestError(InvalidInputError):
     """The request asks for a protocol feature servinglib does not implement."""
+
+
+class OverloadedError(ServinglibError):
+    """A bounded queue is full; the request was refused at once (load shedding)."""
+
+
+class DeadlineExceededError(ServinglibError):
+    """The request's deadline passed before it could be answered."""
 
 
 class PredictionError(ServinglibError):

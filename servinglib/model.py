@@ -105,6 +105,15 @@ class Model(ABC):
     def predict(self, features: Any) -> Any:
         """Answer one request; the result must be JSON-serialisable or tensor-like."""
 
+    def prepare(self, features: Any) -> Any:
+        """Check and convert one request before it is queued or batched (decode once).
+
+        Raise :class:`~servinglib.errors.InvalidInputError` to reject the request with 400;
+        what this returns is what ``predict`` and ``predict_batch`` receive. The default
+        passes ``features`` through unchanged.
+        """
+        return features
+
     def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
         """Answer several requests at once; override when the model vectorises well."""
         return [self.predict(features) for features in batch]

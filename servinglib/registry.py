@@ -82,6 +82,7 @@ class VersionRecord:
     state: VersionState = VersionState.DISCOVERED
     reason: str = ""
     instance: Model | None = None
+    copies: list[Model] = field(default_factory=list)
     load_s: float = 0.0
     selftest_s: float = 0.0
     report: SelfTestReport = field(default_factory=SelfTestReport)
@@ -200,6 +201,11 @@ class ModelRegistry:
             cases = self._self_test(model, record, instance)
             self._set_state(record, VersionState.WARMING)
             self._warm_up(record, instance, cases)
+            copies = [instance]
+            for _ in range((model.instances or 1) - 1):  # Triton's instance_group count
+                copy = self._load_instance(model, record)
+                self._warm_up(record, copy, cases)
+                copies.append(copy)
         except Exception as e:
             record.reason = str(e) if isinstance(e, ServinglibError) else f"{type(e).__name__}: {e}"
             log.error(
@@ -210,9 +216,11 @@ class ModelRegistry:
                 exc_info=not isinstance(e, ServinglibError),
             )
             record.instance = None
+            record.copies = []
             self._set_state(record, VersionState.FAILED)
             return record
         record.instance = instance
+        record.copies = copies
         record.reason = ""
         self._set_state(record, VersionState.READY)
         log.info(
@@ -276,7 +284,7 @@ class ModelRegistry:
         """Exercise the batch path with the self-test inputs; it must agree with predict()."""
         if not cases:
             return
-        outputs = instance.predict_batch([case.input for case in cases])
+        outputs = instance.predict_batch([instance.prepare(case.input) for case in cases])
         if len(outputs) != len(cases):
             raise _LoadFailedError(
                 f"predict_batch returned {len(outputs)} results for {len(cases)} inputs"

@@ -184,7 +184,7 @@ def run_selftests(model: Model, cases: Sequence[SelfTestCase]) -> SelfTestReport
     for case in cases:
         started = time.perf_counter()
         try:
-            actual = model.predict(case.input)
+            actual = model.predict(model.prepare(case.input))
         except Exception as e:  # a raising model is a failed case, reported, not a crash
             problems: tuple[str, ...] = (f"predict raised {type(e).__name__}: {e}",)
         else:

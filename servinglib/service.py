@@ -8,17 +8,26 @@ log) and the shadow router. Everything after the model call is non-blocking.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jsonschema
 import numpy as np
 
-from servinglib.errors import InvalidInputError, ModelNotReadyError, PredictionError
-from servinglib.model import TensorSpec
+from servinglib.batching import BatchFunction, BatchListener, BatchPolicy, DynamicBatcher
+from servinglib.errors import (
+    DeadlineExceededError,
+    InvalidInputError,
+    ModelNotReadyError,
+    OverloadedError,
+    PredictionError,
+)
+from servinglib.model import Model, TensorSpec
 from servinglib.registry import ModelRegistry, VersionRecord
 from servinglib.routing import TrafficSplit
 
@@ -89,9 +98,15 @@ class InferenceService:
         listener: ServiceListener | None = None,
         recorder: PredictionRecorder | None = None,
         shadows: ShadowSubmitter | None = None,
+        batch_listener: BatchListener | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self._listener = listener
+        self._batch_listener = batch_listener
+        self._clock = clock
+        self._executors: dict[tuple[str, str, int], DynamicBatcher | None] = {}
+        self._executors_lock = threading.Lock()
         self._recorder = recorder
         self._shadows = shadows if shadows is not None and shadows.enabled else None
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
@@ -144,14 +159,19 @@ class InferenceService:
         *,
         request_id: str = "",
         routing_key: str | None = None,
+        timeout_ms: float | None = None,
+        priority: int | None = None,
     ) -> Prediction:
         """Answer a LyftLearn-style request: ``features`` checked against ``input_schema``.
 
         Raises:
             ModelNotFoundError, VersionNotFoundError, ModelNotReadyError: routing failed.
             InvalidInputError: the features break the model's input schema.
+            OverloadedError: the version's queue is full.
+            DeadlineExceededError: no answer within the deadline.
             PredictionError: the model raised; details are logged under its error id.
         """
+        deadline = self._deadline(model, timeout_ms)
         record = self.route(model, version, self.routing_key_of(model, routing_key, features))
         validator = self._validators.get(model)
         if validator is not None:
@@ -162,7 +182,7 @@ class InferenceService:
                 self._rejected(model, field)
                 where = "features." + ".".join(path) if path else "features"
                 raise InvalidInputError(f"{where}: {error.message}", field=field)
-        return self._call(record, features, request_id)
+        return self._call(record, features, request_id, deadline, priority)
 
     def infer_tensors(
         self,
@@ -172,8 +192,11 @@ class InferenceService:
         *,
         request_id: str = "",
         routing_key: str | None = None,
+        timeout_ms: float | None = None,
+        priority: int | None = None,
     ) -> Prediction:
         """Answer an Open Inference request: tensors checked against the model's declared inputs."""
+        deadline = self._deadline(model, timeout_ms)
         record = self.route(model, version, routing_key)
         assert record.instance is not None  # READY implies loaded
         try:
@@ -181,7 +204,7 @@ class InferenceService:
         except InvalidInputError as e:
             self._rejected(model, e.field or "inputs", record)
             raise
-        return self._call(record, dict(tensors), request_id)
+        return self._call(record, dict(tensors), request_id, deadline, priority)
 
     def _rejected(self, model: str, field: str, record: VersionRecord | None = None) -> None:
         """Count a rejected input; fields outside the schema or tensor names become ``_other``."""
@@ -192,14 +215,80 @@ class InferenceService:
             known |= {spec.name for spec in record.instance.inputs}
         self._listener.input_rejected(model, field if field in known else "_other")
 
-    def _call(self, record: VersionRecord, features: Any, request_id: str) -> Prediction:
-        assert record.instance is not None
+    def _deadline(self, model: str, timeout_ms: float | None) -> float:
+        """Absolute deadline: the model's ``deadline_ms``, or the caller's budget when shorter."""
+        budget: float = self.registry.model_config(model).deadline_ms
+        if timeout_ms is not None and timeout_ms > 0:
+            budget = min(budget, timeout_ms)
+        return self._clock() + budget / 1000
+
+    def _executor(self, record: VersionRecord) -> DynamicBatcher | None:
+        """The batcher (or instance queue) of a version; None when calls go straight through."""
+        key = (record.model, record.version, id(record.instance))
+        if key in self._executors:
+            return self._executors[key]
+        config = self.registry.model_config(record.model)
+        with self._executors_lock:
+            if key not in self._executors:
+                executor = None
+                runners: list[BatchFunction]
+                if config.batching is not None:
+                    runners = [copy.predict_batch for copy in record.copies]
+                    executor = DynamicBatcher(
+                        runners,
+                        config.batching,
+                        name=(record.model, record.version),
+                        listener=self._batch_listener,
+                        clock=self._clock,
+                    )
+                elif config.instances is not None:
+                    # Exclusive copies without batching: batches of one on one thread per copy.
+                    runners = [_one_at_a_time(copy) for copy in record.copies]
+                    executor = DynamicBatcher(
+                        runners,
+                        BatchPolicy(max_batch_size=1),
+                        name=(record.model, record.version),
+                        listener=self._batch_listener,
+                        clock=self._clock,
+                    )
+                self._executors[key] = executor
+        return self._executors[key]
+
+    def _call(
+        self,
+        record: VersionRecord,
+        features: Any,
+        request_id: str,
+        deadline: float | None = None,
+        priority: int | None = None,
+    ) -> Prediction:
+        instance = record.instance
+        assert instance is not None
         started = time.perf_counter()
+        executor = self._executor(record)
         try:
-            output = record.instance.predict(features)
+            if executor is None:
+                payload = instance.prepare(features)
+                if deadline is not None and self._clock() >= deadline:
+                    raise DeadlineExceededError("the request deadline passed before the model ran")
+                output = instance.predict(payload)
+            else:
+                with executor.incoming():  # lets the batcher wait for this request
+                    payload = instance.prepare(features)  # validated before it joins a batch
+                    future = executor.submit(payload, priority=priority, deadline=deadline)
+                remaining = None if deadline is None else max(0.0, deadline - self._clock())
+                try:
+                    output = future.result(timeout=remaining)
+                except FutureTimeout:
+                    future.cancel()
+                    raise DeadlineExceededError(
+                        f"model {record.model!r} did not answer within the request deadline"
+                    ) from None
         except InvalidInputError as e:
             self._rejected(record.model, e.field or "features", record)
             raise  # the model rejected its input on purpose: a 400, not a model failure
+        except (OverloadedError, DeadlineExceededError):
+            raise
         except Exception as e:
             error_id = uuid.uuid4().hex[:12]
             log.error(
@@ -220,6 +309,20 @@ class InferenceService:
         if self._shadows is not None:
             self._shadows.submit(record.model, record.version, features, output, request_id)
         return Prediction(record.model, record.version, output, elapsed)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Finish every queued request and stop the batcher threads."""
+        with self._executors_lock:
+            executors = [e for e in self._executors.values() if e is not None]
+        for executor in executors:
+            executor.close(timeout_s)
+
+
+def _one_at_a_time(model: Model) -> Callable[[list[Any]], list[Any]]:
+    def run(batch: list[Any]) -> list[Any]:
+        return [model.predict(payload) for payload in batch]
+
+    return run
 
 
 def to_key(value: Any) -> str:

@@ -51,7 +51,7 @@ def install_request_context(app: Flask, metrics: ServingMetrics) -> None:
         if version:
             response.headers[VERSION_HEADER] = version
         if protocol:
-            outcome = OUTCOMES.get(response.status_code, "server_error")
+            outcome = g.get("outcome") or OUTCOMES.get(response.status_code, "server_error")
             if response.status_code == 500 and g.get("unexpected_error"):
                 outcome = "server_error"
             metrics.observe_request(g.model, version, protocol, outcome, elapsed)

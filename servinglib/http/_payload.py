@@ -11,7 +11,15 @@ from werkzeug.exceptions import UnsupportedMediaType
 from servinglib.errors import InvalidInputError
 from servinglib.service import InferenceService
 
-__all__ = ["json_body", "model_label", "require_json_content_type"]
+__all__ = [
+    "ENVOY_TIMEOUT_HEADER",
+    "envoy_timeout_ms",
+    "json_body",
+    "model_label",
+    "require_json_content_type",
+]
+
+ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
 
 
 def require_json_content_type() -> None:
@@ -30,6 +38,15 @@ def json_body() -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InvalidInputError(f"request body is not valid JSON: {e}") from e
+
+
+def envoy_timeout_ms() -> float | None:
+    """The time Envoy will wait for this request, when Envoy sent it (else None)."""
+    raw = request.headers.get(ENVOY_TIMEOUT_HEADER)
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def model_label(service: InferenceService, model: Any) -> str:

@@ -58,6 +58,7 @@ class InferRequest:
     inputs: dict[str, np.ndarray]
     outputs: tuple[RequestedOutput, ...] | None
     binary_output_default: bool
+    parameters: Mapping[str, Any]
 
 
 def decode_request(body: bytes, header_length: int | None) -> InferRequest:
@@ -123,7 +124,7 @@ def decode_request(body: bytes, header_length: int | None) -> InferRequest:
         )
     binary_default = bool(params.get("binary_data_output", False))
     outputs = _requested_outputs(header["outputs"], binary_default) if "outputs" in header else None
-    return InferRequest(request_id, inputs, outputs, binary_default)
+    return InferRequest(request_id, inputs, outputs, binary_default, params)
 
 
 def _requested_outputs(raw_outputs: Any, binary_default: bool) -> tuple[RequestedOutput, ...]:

@@ -136,9 +136,12 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
             on_written=metrics.prediction_log_written,
         )
     shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
-    service = InferenceService(registry, listener=metrics, recorder=logger, shadows=shadows)
+    service = InferenceService(
+        registry, listener=metrics, recorder=logger, shadows=shadows, batch_listener=metrics
+    )
 
     def shutdown() -> None:
+        service.close()  # queued requests first: their answers feed shadows and the log
         shadows.close()
         if logger is not None:
             logger.close()

@@ -9,10 +9,12 @@ from flask import Flask, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
 from servinglib.errors import (
+    DeadlineExceededError,
     InvalidInputError,
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    OverloadedError,
     PredictionError,
     ServinglibError,
     VersionNotFoundError,
@@ -27,6 +29,8 @@ _STATUS: tuple[tuple[type[ServinglibError], int], ...] = (
     (ModelNotFoundError, 404),
     (VersionNotFoundError, 404),
     (ModelNotReadyError, 503),
+    (OverloadedError, 503),
+    (DeadlineExceededError, 504),
     (ModelLoadError, 503),
     (PredictionError, 500),
 )
@@ -70,6 +74,9 @@ def register_error_handlers(app: Flask) -> None:
         response = error_response(str(error), status_for(error))
         if isinstance(error, ModelNotReadyError):
             response.headers["Retry-After"] = "5"
+        if isinstance(error, OverloadedError):
+            response.headers["Retry-After"] = "1"
+            g.outcome = "shed"
         return response
 
     @app.errorhandler(HTTPException)

@@ -9,7 +9,12 @@ from flask import Blueprint, Response, current_app, g, request
 
 from servinglib.errors import InvalidInputError
 from servinglib.http._context import mark_inference
-from servinglib.http._payload import json_body, model_label, require_json_content_type
+from servinglib.http._payload import (
+    envoy_timeout_ms,
+    json_body,
+    model_label,
+    require_json_content_type,
+)
 from servinglib.selftest import to_plain
 from servinglib.service import InferenceService
 
@@ -38,14 +43,24 @@ def infer() -> Response:
         raise InvalidInputError('`version` must be a string, e.g. "2"', field="version")
     if "features" not in body:
         raise InvalidInputError("`features` is required", field="features")
-    unknown = sorted(set(body) - {"model_id", "version", "features"})
+    unknown = sorted(set(body) - {"model_id", "version", "features", "priority"})
     if unknown:
         raise InvalidInputError(
-            f"unknown key(s) {unknown}; allowed: model_id, version, features", field=unknown[0]
+            f"unknown key(s) {unknown}; allowed: model_id, version, features, priority",
+            field=unknown[0],
         )
+    priority = body.get("priority")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        raise InvalidInputError("`priority` must be an integer (0 = highest)", field="priority")
     routing_key = request.headers.get(service.routing_header(model))
     prediction = service.infer(
-        model, body["features"], version, request_id=g.request_id, routing_key=routing_key
+        model,
+        body["features"],
+        version,
+        request_id=g.request_id,
+        routing_key=routing_key,
+        timeout_ms=envoy_timeout_ms(),
+        priority=priority,
     )
     g.version = prediction.version
     payload: dict[str, Any] = {

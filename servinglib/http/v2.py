@@ -12,7 +12,7 @@ from werkzeug.exceptions import UnsupportedMediaType
 
 from servinglib.errors import InvalidInputError, PredictionError
 from servinglib.http._context import mark_inference
-from servinglib.http._payload import json_body, model_label
+from servinglib.http._payload import envoy_timeout_ms, json_body, model_label
 from servinglib.http._v2_codec import decode_request, encode_response
 from servinglib.model import TensorSpec
 from servinglib.registry import VersionState
@@ -129,12 +129,17 @@ def model_infer(model: str, version: str | None = None) -> Response:
             "extension); send application/json otherwise"
         )
     decoded = decode_request(request.get_data(cache=True), header_length)
+    priority = decoded.parameters.get("priority")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        raise InvalidInputError("parameters.priority must be an integer (0 = highest)")
     prediction = service.infer_tensors(
         model,
         decoded.inputs,
         version,
         request_id=decoded.id or g.request_id,
         routing_key=request.headers.get(service.routing_header(model)),
+        timeout_ms=envoy_timeout_ms(),
+        priority=priority,
     )
     g.version = prediction.version
     try:

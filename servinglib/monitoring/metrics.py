@@ -82,7 +82,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "counter",
         "servinglib_requests_total",
         "Inference requests answered, by model, version, protocol and outcome "
-        "(success, invalid_input, not_found, not_ready, too_large, model_error, server_error).",
+        "(success, invalid_input, not_found, not_ready, shed, deadline_exceeded, too_large, "
+        "model_error, server_error).",
         ("model", "version", "protocol", "outcome"),
     ),
     MetricSpec(
@@ -194,6 +195,30 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "(numeric comparator) or 1 - cosine similarity (cosine comparator).",
         _SHADOW_LABELS,
         buckets=_DIFFERENCE_BUCKETS,
+    ),
+    MetricSpec(
+        "batch_size",
+        "histogram",
+        "servinglib_batch_size",
+        "Requests per batch run by the dynamic batcher, by model and version.",
+        ("model", "version"),
+        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+    ),
+    MetricSpec(
+        "queue_time",
+        "histogram",
+        "servinglib_queue_time_seconds",
+        "Time a request waited in the batcher's queue before its batch ran, in seconds.",
+        ("model", "version"),
+        buckets=_LATENCY_BUCKETS,
+    ),
+    MetricSpec(
+        "queue_depth_gauge",
+        "gauge",
+        "servinglib_queue_depth",
+        "Requests waiting in the batcher queues, summed over live workers.",
+        ("model", "version"),
+        "livesum",
     ),
     MetricSpec(
         "prediction_log_records",
@@ -325,6 +350,19 @@ class ServingMetrics:
             self.shadow_agreements.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
         if comparison.difference is not None and math.isfinite(comparison.difference):
             self.shadow_difference.labels(model, primary, shadow).observe(comparison.difference)  # type: ignore[attr-defined]
+
+    # BatchListener
+    def batch_executed(self, model: str, version: str, size: int) -> None:
+        """Observe the size of a batch that ran."""
+        self.batch_size.labels(model, version).observe(size)  # type: ignore[attr-defined]
+
+    def request_queued(self, model: str, version: str, seconds: float) -> None:
+        """Observe how long a request queued."""
+        self.queue_time.labels(model, version).observe(seconds)  # type: ignore[attr-defined]
+
+    def queue_depth(self, model: str, version: str, depth: int) -> None:
+        """Set the current queue depth."""
+        self.queue_depth_gauge.labels(model, version).set(depth)  # type: ignore[attr-defined]
 
     # prediction log
     def prediction_log_dropped(self, count: int) -> None:

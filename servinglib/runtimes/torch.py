@@ -98,6 +98,10 @@ class TorchModel(Model):
         """Run the module on ``{input name: tensor}``; returns ``{output name: tensor}``."""
         return self._run(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
 
+    def prepare(self, features: Any) -> dict[str, np.ndarray]:
+        """Convert and check one request's tensors before it joins a batch."""
+        return to_arrays(self.settings.name, features, self._dtypes, self.inputs)
+
     def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
         """One forward pass for the whole batch when shapes allow."""
         if not batch:

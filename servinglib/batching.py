@@ -1,0 +1,317 @@
+"""DynamicBatcher: Triton-style dynamic batching with threads (gunicorn gthread workers).
+
+Requests of one model version queue up; executor threads (one per model instance) take
+them in batches and call ``predict_batch`` once per batch. A batch is dispatched when
+
+* it is full (``max_batch_size``, or the largest ``preferred_batch_sizes`` available), or
+* its oldest request has waited ``max_queue_delay_us``, or
+* no other request is on its way: waiting cannot grow the batch, so a lone request is
+  never taxed with the queue delay (unlike a fixed window).
+
+The queue is bounded: a full queue refuses at once (503 + Retry-After upstream). A request
+whose deadline passed while it queued is not run. When a batch raises, it is bisected so
+that only the poison input fails: Triton, MLServer and Ray Serve fail the whole batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from servinglib.errors import DeadlineExceededError, OverloadedError, ServinglibError
+
+__all__ = ["BatchFunction", "BatchListener", "BatchPolicy", "DynamicBatcher"]
+
+log = logging.getLogger("servinglib.batching")
+
+BatchFunction = Callable[[list[Any]], Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """Triton's dynamic-batching knobs (``batching:`` in servinglib.yaml)."""
+
+    max_batch_size: int = 32
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 2000
+    max_queue_size: int = 256
+    priority_levels: int = 1
+    default_priority: int = 0
+    preserve_ordering: bool = False
+
+
+class BatchListener(Protocol):
+    """Told about queues and batches; the metrics layer implements it."""
+
+    def batch_executed(self, model: str, version: str, size: int) -> None:
+        """A batch of ``size`` requests was run."""
+
+    def request_queued(self, model: str, version: str, seconds: float) -> None:
+        """A request waited ``seconds`` in the queue before its batch ran."""
+
+    def queue_depth(self, model: str, version: str, depth: int) -> None:
+        """The queue now holds ``depth`` requests."""
+
+
+@dataclass
+class _Item:
+    payload: Any
+    future: Future[Any]
+    enqueued: float
+    deadline: float | None
+    sequence: int
+    priority: int
+
+
+@dataclass
+class _Ordering:
+    """Releases results in submission order (``preserve_ordering``)."""
+
+    next_sequence: int = 0
+    done: dict[int, tuple[_Item, Any, BaseException | None]] = field(default_factory=dict)
+
+
+class DynamicBatcher:
+    """Collects single requests into batches for ``run_batch`` (e.g. ``Model.predict_batch``).
+
+    Example::
+
+        batcher = DynamicBatcher(model.predict_batch, BatchPolicy(max_batch_size=16))
+        with batcher.incoming():
+            future = batcher.submit(features)
+        output = future.result()
+    """
+
+    def __init__(
+        self,
+        run_batch: BatchFunction | Sequence[BatchFunction],
+        policy: BatchPolicy,
+        *,
+        name: tuple[str, str] = ("model", "1"),
+        listener: BatchListener | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        start: bool = True,
+    ) -> None:
+        runners = list(run_batch) if isinstance(run_batch, Sequence) else [run_batch]
+        self.policy = policy
+        self._name = name
+        self._listener = listener
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._queues: list[deque[_Item]] = [deque() for _ in range(max(1, policy.priority_levels))]
+        self._size = 0
+        self._incoming = 0
+        self._closed = False
+        self._sequence = itertools.count()
+        self._ordering = _Ordering()
+        self._threads = [
+            threading.Thread(
+                target=self._loop,
+                args=(runner,),
+                name=f"servinglib-batcher-{name[0]}-{i}",
+                daemon=True,
+            )
+            for i, runner in enumerate(runners)
+        ]
+        if start:
+            for thread in self._threads:
+                thread.start()
+
+    # --- producer side -------------------------------------------------------------------
+    @contextmanager
+    def incoming(self) -> Iterator[None]:
+        """Announce a request on its way (validating, decoding): the batcher may wait for it."""
+        with self._lock:
+            self._incoming += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._incoming -= 1
+                self._ready.notify_all()
+
+    def submit(
+        self, payload: Any, *, priority: int | None = None, deadline: float | None = None
+    ) -> Future[Any]:
+        """Queue one request; its future gets the result or the exception.
+
+        Raises:
+            OverloadedError: the queue holds ``max_queue_size`` requests (or is closed).
+        """
+        level = self.policy.default_priority if priority is None else priority
+        level = min(max(level, 0), len(self._queues) - 1)
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._closed:
+                raise OverloadedError(
+                    f"model {self._name[0]!r} is shutting down; retry another replica"
+                )
+            if self._size >= self.policy.max_queue_size:
+                raise OverloadedError(
+                    f"model {self._name[0]!r} version {self._name[1]!r} has {self._size} requests "
+                    f"queued (max_queue_size); retry later"
+                )
+            item = _Item(payload, future, self._clock(), deadline, next(self._sequence), level)
+            self._queues[level].append(item)
+            self._size += 1
+            depth = self._size
+            self._ready.notify()
+        if self._listener:
+            self._listener.queue_depth(*self._name, depth)
+        return future
+
+    # --- consumer side -------------------------------------------------------------------
+    def _take(self, count: int) -> list[_Item]:
+        taken: list[_Item] = []
+        for queue in self._queues:
+            while queue and len(taken) < count:
+                taken.append(queue.popleft())
+        self._size -= len(taken)
+        return taken
+
+    def _oldest(self) -> float:
+        return min(queue[0].enqueued for queue in self._queues if queue)
+
+    def _batch_size_now(self) -> int | None:
+        """How many to dispatch now, or None to keep waiting (call with the lock held)."""
+        policy = self.policy
+        n = self._size
+        if n == 0:
+            return None
+        if n >= policy.max_batch_size:
+            return policy.max_batch_size
+        fitting = [p for p in policy.preferred_batch_sizes if p <= n]
+        if fitting and n >= max(policy.preferred_batch_sizes):
+            return max(fitting)
+        if self._closed or self._incoming == 0:
+            return n  # nobody else is coming: waiting cannot grow the batch
+        if self._clock() - self._oldest() >= policy.max_queue_delay_us / 1e6:
+            return n
+        return None
+
+    def next_batch(self, timeout: float | None = None) -> list[_Item] | None:
+        """Block until a batch is due (None when closed and drained, or on ``timeout``)."""
+        with self._lock:
+            waited_until = None if timeout is None else self._clock() + timeout
+            while True:
+                count = self._batch_size_now()
+                if count is not None:
+                    batch = self._take(count)
+                    depth = self._size
+                    break
+                if self._closed and self._size == 0:
+                    return None
+                wait = None
+                if self._size:
+                    wait = max(
+                        0.0, self._oldest() + self.policy.max_queue_delay_us / 1e6 - self._clock()
+                    )
+                if waited_until is not None:
+                    remaining = waited_until - self._clock()
+                    if remaining <= 0:
+                        return None
+                    wait = remaining if wait is None else min(wait, remaining)
+                self._ready.wait(wait)
+        if self._listener:
+            self._listener.queue_depth(*self._name, depth)
+        return batch
+
+    def run(self, batch: list[_Item], run_batch: BatchFunction) -> None:
+        """Run one batch: skip expired requests, isolate poison inputs, resolve futures."""
+        now = self._clock()
+        live = []
+        for item in batch:
+            if self._listener:
+                self._listener.request_queued(*self._name, now - item.enqueued)
+            if item.deadline is not None and now >= item.deadline:
+                self._resolve(
+                    item,
+                    None,
+                    DeadlineExceededError(
+                        f"model {self._name[0]!r} could not start within the request deadline "
+                        f"(queued {1000 * (now - item.enqueued):.0f} ms); the work was not started"
+                    ),
+                )
+            elif item.future.set_running_or_notify_cancel():
+                live.append(item)
+        if live:
+            self._run_isolating(live, run_batch)
+
+    def _run_isolating(self, items: list[_Item], run_batch: BatchFunction) -> None:
+        try:
+            outputs = run_batch([item.payload for item in items])
+            if len(outputs) != len(items):
+                raise RuntimeError(
+                    f"predict_batch returned {len(outputs)} results for {len(items)} inputs"
+                )
+        except BaseException as e:
+            if len(items) == 1:
+                self._resolve(items[0], None, e)
+                return
+            middle = len(items) // 2  # bisect: only the poison input ends up failing
+            self._run_isolating(items[:middle], run_batch)
+            self._run_isolating(items[middle:], run_batch)
+            return
+        if self._listener:
+            self._listener.batch_executed(*self._name, len(items))
+        for item, output in zip(items, outputs, strict=True):
+            self._resolve(item, output, None)
+
+    def _resolve(self, item: _Item, output: Any, error: BaseException | None) -> None:
+        if not self.policy.preserve_ordering:
+            _settle(item, output, error)
+            return
+        with self._lock:
+            ordering = self._ordering
+            ordering.done[item.sequence] = (item, output, error)
+            ready = []
+            while ordering.next_sequence in ordering.done:
+                ready.append(ordering.done.pop(ordering.next_sequence))
+                ordering.next_sequence += 1
+        for done_item, done_output, done_error in ready:
+            _settle(done_item, done_output, done_error)
+
+    def _loop(self, run_batch: BatchFunction) -> None:
+        while True:
+            batch = self.next_batch()
+            if batch is None:
+                return
+            try:
+                self.run(batch, run_batch)
+            except Exception:  # never let one batch kill the executor thread
+                log.exception("batch of model %r failed outside the model", self._name[0])
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(ServinglibError("internal batching error"))
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Refuse new requests, run every queued one, stop the threads."""
+        with self._lock:
+            self._closed = True
+            self._ready.notify_all()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout_s)
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting in the queue."""
+        return self._size
+
+
+def _settle(item: _Item, output: Any, error: BaseException | None) -> None:
+    if item.future.done():
+        return
+    if error is None:
+        item.future.set_result(output)
+    else:
+        item.future.set_exception(error)

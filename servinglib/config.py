@@ -55,6 +55,10 @@ class ServerConfig:
     keepalive_s: int = 75
     graceful_timeout_s: int = 30
     max_request_body_bytes: int = 8 * 1024 * 1024
+    max_json_depth: int = 64
+    max_tensor_elements: int = 16 * 1024 * 1024
+    max_header_bytes: int = 8190
+    max_headers: int = 100
     log_level: str = "info"
 
 
@@ -145,6 +149,9 @@ class ModelConfig:
     batching: BatchPolicy | None = None
     instances: int | None = None
     deadline_ms: int = 10000
+    load_timeout_s: float = 600.0
+    allow_pickle: bool = False
+    sha256: Mapping[str, str] = field(default_factory=dict)
     key_path: str = ""
 
 
@@ -455,6 +462,9 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 batching=_batch_policy(entry.get("batching"), label, where),
                 instances=entry.get("instances"),
                 deadline_ms=entry.get("deadline_ms", 10000),
+                load_timeout_s=entry.get("load_timeout_s", 600.0),
+                allow_pickle=entry.get("allow_pickle", False),
+                sha256=entry.get("sha256", {}),
                 key_path=where,
             )
         )

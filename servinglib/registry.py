@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from servinglib._importing import import_model_class
+from servinglib.artifacts import NAME_PATTERN, find_pickles, verify_sha256, version_directory
 from servinglib.config import ModelConfig, ServiceConfig
 from servinglib.errors import (
     ModelNotFoundError,
@@ -42,8 +42,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("servinglib.registry")
-
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
 class VersionState(enum.Enum):
@@ -97,8 +95,12 @@ def discover_versions(model: ModelConfig) -> list[str]:
     if model.versions is not None:
         return sorted(model.versions, key=_version_sort_key)
     found = []
+    root = model.repository.resolve()
     for child in model.repository.iterdir():
         if not child.is_dir() or child.name.startswith(("_", ".")):
+            continue
+        if child.resolve().parent != root:
+            log.warning("ignoring %s: it links outside the model repository %s", child, root)
             continue
         if NAME_PATTERN.match(child.name):
             found.append(child.name)
@@ -129,8 +131,9 @@ class ModelRegistry:
         for model in config.models:
             records = {}
             for version in discover_versions(model):
-                path = model.repository / version
-                records[version] = VersionRecord(model.name, version, path)
+                records[version] = VersionRecord(
+                    model.name, version, version_directory(model.repository, model.name, version)
+                )
             self._versions[model.name] = records
 
     @property
@@ -196,16 +199,16 @@ class ModelRegistry:
         self._set_state(record, VersionState.DISCOVERED)
         try:
             self._set_state(record, VersionState.LOADING)
-            instance = self._load_instance(model, record)
-            self._set_state(record, VersionState.SELF_TEST)
-            cases = self._self_test(model, record, instance)
-            self._set_state(record, VersionState.WARMING)
-            self._warm_up(record, instance, cases)
-            copies = [instance]
-            for _ in range((model.instances or 1) - 1):  # Triton's instance_group count
-                copy = self._load_instance(model, record)
-                self._warm_up(record, copy, cases)
-                copies.append(copy)
+            self._check_artifacts(model, record)
+            abandoned = threading.Event()
+            copies = _with_timeout(
+                lambda: self._load_and_test(model, record, abandoned),
+                model.load_timeout_s,
+                f"loading and self-testing took longer than "
+                f"load_timeout_s={model.load_timeout_s:g}",
+                abandoned,
+            )
+            instance = copies[0]
         except Exception as e:
             record.reason = str(e) if isinstance(e, ServinglibError) else f"{type(e).__name__}: {e}"
             log.error(
@@ -232,6 +235,43 @@ class ModelRegistry:
             len(record.report.cases),
         )
         return record
+
+    def _load_and_test(
+        self, model: ModelConfig, record: VersionRecord, abandoned: threading.Event
+    ) -> list[Model]:
+        instance = self._load_instance(model, record)
+        if not abandoned.is_set():  # a load that timed out must not move the FAILED state
+            self._set_state(record, VersionState.SELF_TEST)
+        cases = self._self_test(model, record, instance)
+        if not abandoned.is_set():
+            self._set_state(record, VersionState.WARMING)
+        self._warm_up(record, instance, cases)
+        copies = [instance]
+        for _ in range((model.instances or 1) - 1):  # Triton's instance_group count
+            copy = self._load_instance(model, record)
+            self._warm_up(record, copy, cases)
+            copies.append(copy)
+        return copies
+
+    @staticmethod
+    def _check_artifacts(model: ModelConfig, record: VersionRecord) -> None:
+        """sha256 pins first, then refuse pickles unless the model allows them."""
+        prefix = f"{record.version}/"
+        pins = {k.removeprefix(prefix): v for k, v in model.sha256.items() if k.startswith(prefix)}
+        verify_sha256(record.path, pins)
+        pickles = find_pickles(record.path)
+        if pickles and not model.allow_pickle:
+            names = ", ".join(str(p.relative_to(record.path)) for p in pickles)
+            raise _LoadFailedError(
+                f"{names} is pickle data, which runs code when loaded; convert it to a safe "
+                "format (ONNX, safetensors, .npz, JSON) or set allow_pickle: true for this model"
+            )
+        if pickles:
+            log.warning(
+                "model %r version %r loads pickle files (allow_pickle: true): trust them fully",
+                record.model,
+                record.version,
+            )
 
     def _load_instance(self, model: ModelConfig, record: VersionRecord) -> Model:
         cls = import_model_class(model.class_ref, self._config.root, self._config.python_path)
@@ -306,3 +346,27 @@ class ModelRegistry:
 
 class _LoadFailedError(ServinglibError):
     """Internal: a lifecycle step failed with a readable reason."""
+
+
+def _with_timeout(
+    work: Callable[[], list[Model]], timeout_s: float, message: str, abandoned: threading.Event
+) -> list[Model]:
+    """Run ``work`` on a daemon thread; give up (it keeps running, unused) after ``timeout_s``."""
+    result: list[list[Model]] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(work())
+        except BaseException as e:
+            error.append(e)
+
+    thread = threading.Thread(target=target, name="servinglib-load", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        abandoned.set()
+        raise _LoadFailedError(message)
+    if error:
+        raise error[0]
+    return result[0]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from flask import request
+from flask import current_app, request
 from werkzeug.exceptions import UnsupportedMediaType
 
-from servinglib.errors import InvalidInputError
+from servinglib.http._json import parse_json
 from servinglib.service import InferenceService
 
 __all__ = [
@@ -32,12 +31,8 @@ def require_json_content_type() -> None:
 
 
 def json_body() -> Any:
-    """The request body parsed as JSON (400 naming the parse error otherwise)."""
-    raw = request.get_data(cache=True)
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInputError(f"request body is not valid JSON: {e}") from e
+    """The request body parsed as strict JSON (400 naming the problem otherwise)."""
+    return parse_json(request.get_data(cache=True), current_app.config["SERVINGLIB_MAX_JSON_DEPTH"])
 
 
 def envoy_timeout_ms() -> float | None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
+from servinglib.http._json import parse_json
 
 __all__ = ["DATATYPES", "InferRequest", "datatype_of", "decode_request", "encode_response"]
 
@@ -39,7 +40,7 @@ DATATYPES: dict[str, str | None] = {
     "BYTES": None,
 }
 
-MAX_ELEMENTS = 64 * 1024 * 1024
+MAX_ELEMENTS = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,13 @@ class InferRequest:
     parameters: Mapping[str, Any]
 
 
-def decode_request(body: bytes, header_length: int | None) -> InferRequest:
+def decode_request(
+    body: bytes,
+    header_length: int | None,
+    *,
+    max_elements: int = MAX_ELEMENTS,
+    max_depth: int = 64,
+) -> InferRequest:
     """Parse a v2 infer body (JSON, or JSON header + binary tensors).
 
     Raises:
@@ -76,10 +83,8 @@ def decode_request(body: bytes, header_length: int | None) -> InferRequest:
                 f"{len(body)} bytes; it must be the length of the JSON header"
             )
         header_bytes, binary = body[:header_length], body[header_length:]
-    try:
-        header = json.loads(header_bytes)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidInputError(f"request body is not valid JSON: {e}") from e
+    # Tensor data nests one level per dimension: allow that on top of the structural depth.
+    header = parse_json(header_bytes, max_depth + 32)
     if not isinstance(header, dict):
         raise InvalidInputError("request body must be a JSON object with an `inputs` list")
     raw_inputs = header.get("inputs")
@@ -95,7 +100,7 @@ def decode_request(body: bytes, header_length: int | None) -> InferRequest:
         where = f"inputs[{i}]"
         if not isinstance(raw, dict):
             raise InvalidInputError(f"{where} must be an object with name, shape, datatype, data")
-        name, shape, datatype = _tensor_header(raw, where)
+        name, shape, datatype = _tensor_header(raw, where, max_elements)
         if name in inputs:
             raise InvalidInputError(f"{where}: input {name!r} appears twice")
         size = _parameters(raw, where).get("binary_data_size")
@@ -152,7 +157,9 @@ def _parameters(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     return params
 
 
-def _tensor_header(raw: Mapping[str, Any], where: str) -> tuple[str, tuple[int, ...], str]:
+def _tensor_header(
+    raw: Mapping[str, Any], where: str, max_elements: int
+) -> tuple[str, tuple[int, ...], str]:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInputError(f"{where}.name must be a non-empty string")
@@ -166,8 +173,11 @@ def _tensor_header(raw: Mapping[str, Any], where: str) -> tuple[str, tuple[int, 
         raise InvalidInputError(
             f"{where} ({name!r}).datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
         )
-    if math.prod(shape) > MAX_ELEMENTS:
-        raise InvalidInputError(f"{where} ({name!r}) has more than {MAX_ELEMENTS} elements")
+    if math.prod(shape) > max_elements:
+        raise InvalidInputError(
+            f"{where} ({name!r}) has {math.prod(shape)} elements, more than the limit of "
+            f"{max_elements} (server.max_tensor_elements)"
+        )
     return name, tuple(shape), str(datatype)
 
 

@@ -128,7 +128,12 @@ def model_infer(model: str, version: str | None = None) -> Response:
             f"content type {mimetype!r} needs the {HEADER_LENGTH} header (binary tensor "
             "extension); send application/json otherwise"
         )
-    decoded = decode_request(request.get_data(cache=True), header_length)
+    decoded = decode_request(
+        request.get_data(cache=True),
+        header_length,
+        max_elements=current_app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"],
+        max_depth=current_app.config["SERVINGLIB_MAX_JSON_DEPTH"],
+    )
     priority = decoded.parameters.get("priority")
     if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
         raise InvalidInputError("parameters.priority must be an integer (0 = highest)")

@@ -28,6 +28,8 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "timeout": server.timeout_s,
         "graceful_timeout": server.graceful_timeout_s,
         "keepalive": server.keepalive_s,
+        "limit_request_field_size": server.max_header_bytes,
+        "limit_request_fields": server.max_headers,
         "preload_app": False,  # models load in each worker after fork, never in the master
         "loglevel": server.log_level,
         "accesslog": None,  # servinglib writes its own JSON request log

@@ -278,3 +278,35 @@ def test_metrics_count_requests_by_outcome(client: FlaskClient) -> None:
     assert 'servinglib_model_state{model="scorer",state="FAILED",version="3"} 1.0' in text
     assert 'servinglib_model_self_test_passed{model="scorer",version="4"} 0.0' in text
     assert "servinglib_requests_in_flight" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"model_id": "scorer", "features": {"x": NaN}}', "NaN, which is not JSON"),
+        (b'{"model_id": "scorer", "features": {"x": Infinity}}', "Infinity, which is not JSON"),
+        (b"\xff\xfe{}", "not valid JSON"),
+        (b"[" * 10_000 + b"]" * 10_000, "nests deeper than"),
+        (
+            b'{"model_id": "scorer", "features": ' + b"[" * 70 + b"]" * 70 + b"}",
+            "nests deeper than 64",
+        ),
+    ],
+)
+def test_hostile_json_is_a_400(client: FlaskClient, body: bytes, message: str) -> None:
+    response = client.post("/infer", data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert message in response.get_json()["error"]
+    v2 = client.post("/v2/models/echo/infer", data=body, content_type="application/json")
+    assert v2.status_code == 400
+
+
+def test_tensor_element_limit(client: FlaskClient) -> None:
+    response = client.post(
+        "/v2/models/echo/infer",
+        json={
+            "inputs": [{"name": "x", "shape": [10_000, 10_000], "datatype": "FP32", "data": [1]}]
+        },
+    )
+    assert response.status_code == 400
+    assert "server.max_tensor_elements" in response.get_json()["error"]

@@ -1,0 +1,76 @@
+"""Artifact hygiene: contained version directories, sha256 pins, no unannounced pickle."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from servinglib.errors import ModelLoadError, VersionNotFoundError
+
+__all__ = [
+    "NAME_PATTERN",
+    "PICKLE_SUFFIXES",
+    "find_pickles",
+    "verify_sha256",
+    "version_directory",
+]
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+# Formats that execute code when loaded (pickle and its wrappers).
+PICKLE_SUFFIXES = frozenset({".pkl", ".pickle", ".joblib", ".pth", ".ckpt", ".sav", ".dill"})
+_PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+
+
+def version_directory(repository: Path, model: str, version: str) -> Path:
+    """The directory of ``version``, refusing names and links that leave ``repository``.
+
+    Raises:
+        VersionNotFoundError: the name is not a valid version name or escapes the repository.
+    """
+    if not NAME_PATTERN.match(version):
+        raise VersionNotFoundError(model, version, [])
+    root = repository.resolve()
+    candidate = (root / version).resolve()
+    if candidate.parent != root:
+        raise VersionNotFoundError(model, version, [])
+    return candidate
+
+
+def find_pickles(directory: Path) -> list[Path]:
+    """Files under ``directory`` that are pickles (by suffix or by their first bytes)."""
+    found = []
+    for path in sorted(directory.rglob("*")):
+        if not path.is_file():
+            continue
+        if path.suffix.lower() in PICKLE_SUFFIXES:
+            found.append(path)
+            continue
+        with path.open("rb") as handle:
+            if handle.read(2) in _PICKLE_MAGIC:
+                found.append(path)
+    return found
+
+
+def verify_sha256(directory: Path, pins: Mapping[str, str]) -> None:
+    """Check each pinned file (relative to ``directory``) against its sha256.
+
+    Raises:
+        ModelLoadError: a pinned file is missing, outside the directory, or differs.
+    """
+    root = directory.resolve()
+    for relative, expected in pins.items():
+        path = (root / relative).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise ModelLoadError(f"pinned artifact {relative!r} not found in {directory}")
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != expected.lower():
+            raise ModelLoadError(
+                f"artifact {relative!r} has sha256 {digest.hexdigest()}, but servinglib.yaml pins "
+                f"{expected}; restore the right file or update the pin"
+            )

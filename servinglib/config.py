@@ -28,6 +28,7 @@ from servinglib.model import TensorSpec
 __all__ = [
     "DEFAULT_SCORE_BUCKETS",
     "ENV_PREFIX",
+    "AdminConfig",
     "ComparatorConfig",
     "ModelConfig",
     "PredictionLogConfig",
@@ -128,6 +129,15 @@ DEFAULT_SCORE_BUCKETS: tuple[float, ...] = (
 
 
 @dataclass(frozen=True)
+class AdminConfig:
+    """``admin:``: the loopback-only, token-protected admin API (off by default)."""
+
+    enabled: bool = False
+    port: int = 9901
+    token_env: str = "SERVINGLIB_ADMIN_TOKEN"  # noqa: S105 (the name of a variable, not a secret)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """One entry of ``models:``; paths are already resolved and contained."""
 
@@ -168,6 +178,7 @@ class ServiceConfig:
     shadow_executor: ShadowExecutorConfig = field(default_factory=ShadowExecutorConfig)
     prediction_log: PredictionLogConfig | None = None
     score_buckets: tuple[float, ...] = DEFAULT_SCORE_BUCKETS
+    admin: AdminConfig = field(default_factory=AdminConfig)
 
     @property
     def root(self) -> Path:
@@ -477,6 +488,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     return ServiceConfig(
         service=raw["service"],
         shadow_executor=ShadowExecutorConfig(**raw.get("shadow_executor", {})),
+        admin=AdminConfig(**raw.get("admin", {})),
         prediction_log=prediction_log,
         score_buckets=tuple(sorted(monitoring.get("score_buckets", DEFAULT_SCORE_BUCKETS))),
         team=raw.get("team", ""),

@@ -128,6 +128,7 @@ class ModelRegistry:
         self._lock = threading.Lock()
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
+        self._defaults: dict[str, str] = {}
         for model in config.models:
             records = {}
             for version in discover_versions(model):
@@ -157,14 +158,62 @@ class ModelRegistry:
         self.model_config(model)
         return list(self._versions[model].values())
 
+    def default_version(self, model: str) -> str:
+        """The version answering requests that name none (config, or a promotion)."""
+        return self._defaults.get(model) or self.model_config(model).default_version
+
     def record(self, model: str, version: str | None = None) -> VersionRecord:
         """The record of one version (default version when ``version`` is None)."""
-        config = self.model_config(model)
-        version = config.default_version if version is None else version
+        self.model_config(model)
+        version = self.default_version(model) if version is None else version
         try:
             return self._versions[model][version]
         except KeyError:
             raise VersionNotFoundError(model, version, list(self._versions[model])) from None
+
+    def add_version(self, model: str, version: str) -> VersionRecord:
+        """Discover and load a version that was not loaded at start (admin ``load``).
+
+        Loading runs in the calling thread; the default version keeps serving meanwhile and
+        is untouched whatever the outcome.
+        """
+        config = self.model_config(model)
+        path = version_directory(config.repository, model, version)
+        if not path.is_dir():
+            raise VersionNotFoundError(model, version, list(self._versions[model]))
+        with self._lock:
+            existing = self._versions[model].get(version)
+            if existing is not None and existing.state is not VersionState.FAILED:
+                return existing
+            record = VersionRecord(model, version, path)
+            versions = dict(self._versions[model])
+            versions[version] = record
+            self._versions[model] = dict(
+                sorted(versions.items(), key=lambda kv: _version_sort_key(kv[0]))
+            )
+        return self.load_version(config, record)
+
+    def set_default(self, model: str, version: str) -> None:
+        """Point unversioned requests at ``version`` (admin ``promote``/``rollback``).
+
+        Raises:
+            ModelNotReadyError: the version is not READY here; the default is unchanged.
+        """
+        record = self.get(model, version)
+        with self._lock:
+            self._defaults[model] = record.version
+        log.info("model %r: default version is now %r", model, version)
+
+    def remove_version(self, model: str, version: str) -> None:
+        """Stop serving a version (admin ``unload``); the default version cannot be removed."""
+        if version == self.default_version(model):
+            raise ModelNotReadyError(model, version, "the default version", "promote another first")
+        with self._lock:
+            versions = dict(self._versions[model])
+            if versions.pop(version, None) is None:
+                return
+            self._versions[model] = versions
+        log.info("model %r: version %r unloaded", model, version)
 
     def get(self, model: str, version: str | None = None) -> VersionRecord:
         """The READY record that should answer; raises if there is none."""
@@ -175,11 +224,11 @@ class ModelRegistry:
 
     def is_ready(self) -> bool:
         """True when every model's default version is READY."""
-        return all(
-            self._versions[name].get(cfg.default_version) is not None
-            and self._versions[name][cfg.default_version].state is VersionState.READY
-            for name, cfg in self._models.items()
-        )
+        for name in self._models:
+            record = self._versions[name].get(self.default_version(name))
+            if record is None or record.state is not VersionState.READY:
+                return False
+        return True
 
     def load_all(self) -> None:
         """Load every discovered version of every model; failures only mark that version."""

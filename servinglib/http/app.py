@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify
@@ -19,6 +20,7 @@ from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.registry import ModelRegistry
+from servinglib.rollout import RolloutWatcher
 from servinglib.service import InferenceService
 from servinglib.shadow import ShadowRouter
 
@@ -68,14 +70,15 @@ def _model_states() -> list[dict[str, Any]]:
     registry = current_app.extensions["servinglib.service"].registry
     out = []
     for name in registry.model_names():
-        config = registry.model_config(name)
         versions = []
         for record in registry.records(name):
             entry: dict[str, Any] = {"version": record.version, "state": record.state.value}
             if record.reason:
                 entry["reason"] = record.reason
             versions.append(entry)
-        out.append({"name": name, "default_version": config.default_version, "versions": versions})
+        out.append(
+            {"name": name, "default_version": registry.default_version(name), "versions": versions}
+        )
     return out
 
 
@@ -142,7 +145,16 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
         registry, listener=metrics, recorder=logger, shadows=shadows, batch_listener=metrics
     )
 
+    watcher = None
+    rollout_dir = os.environ.get("SERVINGLIB_ROLLOUT_DIR")
+    if rollout_dir:  # admin API enabled: converge to the operator's desired state first
+        watcher = RolloutWatcher(registry, Path(rollout_dir))
+        watcher.sync()
+        watcher.start()
+
     def shutdown() -> None:
+        if watcher is not None:
+            watcher.stop()
         service.close()  # queued requests first: their answers feed shadows and the log
         shadows.close()
         if logger is not None:

@@ -107,9 +107,7 @@ def model_config(model: str, version: str | None = None) -> Response:
         version_policy=policy,
         instance_group=[{"name": model, "kind": "KIND_CPU", "count": 1}],
         parameters={
-            "servinglib_default_version": {
-                "string_value": service.registry.model_config(model).default_version
-            }
+            "servinglib_default_version": {"string_value": service.registry.default_version(model)}
         },
     )
 

@@ -14,9 +14,11 @@ import tempfile
 from pathlib import Path
 
 from servinglib.config import load_config
-from servinglib.serve.hooks import prepare_metrics_dir
+from servinglib.serve.hooks import prepare_metrics_dir, prepare_rollout_dir
 from servinglib.serve.settings import gunicorn_settings
 
 os.environ.setdefault("SERVINGLIB_CONFIG", "servinglib.yaml")
+_config = load_config(os.environ["SERVINGLIB_CONFIG"])
 prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
-globals().update(gunicorn_settings(load_config(os.environ["SERVINGLIB_CONFIG"]).server))
+prepare_rollout_dir(_config)
+globals().update(gunicorn_settings(_config.server))

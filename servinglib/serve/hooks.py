@@ -12,16 +12,24 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from servinglib.config import ServiceConfig, load_config
+from servinglib.errors import ConfigError
+
 __all__ = [
+    "ROLLOUT_ENV",
     "child_exit",
+    "on_exit",
     "on_starting",
     "post_fork",
     "post_worker_init",
     "prepare_metrics_dir",
+    "prepare_rollout_dir",
+    "when_ready",
     "worker_exit",
 ]
 
@@ -52,6 +60,58 @@ def prepare_metrics_dir(default: Path) -> Path:
 def _remove_if_owner(directory: Path, owner: int) -> None:
     if os.getpid() == owner:  # forked workers inherit atexit handlers; only the master cleans
         shutil.rmtree(directory, ignore_errors=True)
+
+
+ROLLOUT_ENV = "SERVINGLIB_ROLLOUT_DIR"
+
+_admin: list[Any] = []  # the master's admin server, when enabled (one per master process)
+
+
+def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
+    """When the admin API is enabled: check its token and create the desired-state directory.
+
+    Raises:
+        ConfigError: ``admin.enabled`` is true but the token variable is unset or empty.
+    """
+    if not config.admin.enabled:
+        os.environ.pop(ROLLOUT_ENV, None)
+        return None
+    if not os.environ.get(config.admin.token_env):
+        raise ConfigError(
+            f"admin.enabled is true but ${config.admin.token_env} is empty; set it to a long "
+            "random token (the admin API refuses to run without one)",
+            source=str(config.source),
+            key_path="admin.token_env",
+        )
+    directory = Path(tempfile.mkdtemp(prefix="servinglib-rollout-"))
+    os.environ[ROLLOUT_ENV] = str(directory)
+    atexit.register(_remove_if_owner, directory, os.getpid())
+    return directory
+
+
+def when_ready(server: Any) -> None:
+    """Master ready: start the admin listener on 127.0.0.1 when it is enabled."""
+    directory = os.environ.get(ROLLOUT_ENV)
+    if not directory:
+        return
+    from servinglib.serve.admin import AdminServer
+
+    config = load_config(os.environ["SERVINGLIB_CONFIG"])
+    admin = AdminServer(
+        config,
+        Path(directory),
+        os.environ.get(config.admin.token_env, ""),
+        config.admin.port,
+        lambda: set(server.WORKERS),
+    )
+    admin.start()
+    _admin.append(admin)
+
+
+def on_exit(server: Any) -> None:
+    """Master leaving: close the admin listener."""
+    while _admin:
+        _admin.pop().stop()
 
 
 def on_starting(server: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from servinglib.config import ServiceConfig, load_config
-from servinglib.serve.hooks import prepare_metrics_dir
+from servinglib.serve.hooks import prepare_metrics_dir, prepare_rollout_dir
 from servinglib.serve.settings import WSGI_APP, gunicorn_settings
 
 __all__ = ["serve"]
@@ -58,6 +58,7 @@ def serve(
     config: ServiceConfig = load_config(config_path, environ)  # fail fast, with a clear message
     server = config.server
     prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
+    prepare_rollout_dir(config)
     # Workers read the config again: hand them the same overrides.
     os.environ.update({k: v for k, v in environ.items() if k.startswith("SERVINGLIB_")})
     os.environ["SERVINGLIB_CONFIG"] = str(config.source)

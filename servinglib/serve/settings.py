@@ -34,6 +34,8 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "loglevel": server.log_level,
         "accesslog": None,  # servinglib writes its own JSON request log
         "on_starting": hooks.on_starting,
+        "when_ready": hooks.when_ready,
+        "on_exit": hooks.on_exit,
         "post_fork": hooks.post_fork,
         "post_worker_init": hooks.post_worker_init,
         "worker_exit": hooks.worker_exit,

@@ -1,0 +1,202 @@
+"""Safe rollout across gunicorn workers: a desired-state file every worker converges to.
+
+The admin API (in the gunicorn master, see ``servinglib.serve.admin``) never touches a
+model. It edits one JSON file; every worker watches it, loads or unloads versions and
+moves its default pointer, and reports what it did in a status file of its own. A new
+worker (after a crash) applies the same file before it accepts traffic, so all workers
+converge. Promotion is a pointer swap inside each worker: requests in flight finish on the
+version they started with and no request fails.
+
+Desired state::
+
+    {"revision": 3, "models": {"eta": {"load": ["3"], "unload": ["1"],
+                                       "default": "3", "previous_defaults": ["2"]}}}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servinglib.errors import ServinglibError
+from servinglib.registry import ModelRegistry, VersionState
+
+__all__ = [
+    "DESIRED_FILE",
+    "DesiredState",
+    "RolloutWatcher",
+    "apply_desired_state",
+    "read_desired_state",
+    "read_worker_statuses",
+    "write_desired_state",
+]
+
+log = logging.getLogger("servinglib.rollout")
+
+DESIRED_FILE = "desired.json"
+
+
+@dataclass
+class ModelPlan:
+    """What the operator asked for one model."""
+
+    load: list[str] = field(default_factory=list)
+    unload: list[str] = field(default_factory=list)
+    default: str | None = None
+    previous_defaults: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DesiredState:
+    """The whole desired state, with a revision that grows on every change."""
+
+    revision: int = 0
+    models: dict[str, ModelPlan] = field(default_factory=dict)
+
+    def plan(self, model: str) -> ModelPlan:
+        """The plan of ``model`` (created empty on first use)."""
+        return self.models.setdefault(model, ModelPlan())
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"revision": self.revision, "models": {m: vars(p) for m, p in self.models.items()}}
+
+
+def read_desired_state(directory: Path) -> DesiredState:
+    """The desired state in ``directory`` (empty when there is none yet)."""
+    path = directory / DESIRED_FILE
+    if not path.is_file():
+        return DesiredState()
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    models = {name: ModelPlan(**plan) for name, plan in raw.get("models", {}).items()}
+    return DesiredState(int(raw.get("revision", 0)), models)
+
+
+def _write_atomically(path: Path, document: Any) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    os.replace(temporary, path)  # readers see the old or the new file, never half of one
+
+
+def write_desired_state(directory: Path, state: DesiredState) -> None:
+    """Replace the desired state atomically."""
+    _write_atomically(directory / DESIRED_FILE, state.to_json())
+
+
+def read_worker_statuses(
+    directory: Path, pids: set[int] | None = None
+) -> dict[int, dict[str, Any]]:
+    """Status reports of the workers (only ``pids`` when given)."""
+    statuses = {}
+    for path in directory.glob("worker-*.json"):
+        try:
+            pid = int(path.stem.removeprefix("worker-"))
+            if pids is None or pid in pids:
+                statuses[pid] = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, json.JSONDecodeError):
+            continue  # a report being replaced, or not ours
+    return statuses
+
+
+def apply_desired_state(registry: ModelRegistry, state: DesiredState) -> list[str]:
+    """Make ``registry`` match ``state``; returns what could not be done (yet)."""
+    notes = []
+    for model, plan in state.models.items():
+        if model not in registry.model_names():
+            notes.append(f"unknown model {model!r}")
+            continue
+        present = {r.version: r for r in registry.records(model)}
+        for version in plan.load:
+            record = present.get(version)
+            if record is None or record.state is VersionState.FAILED:  # retried per revision
+                try:
+                    registry.add_version(model, version)
+                except ServinglibError as e:
+                    notes.append(f"{model} {version}: {e}")
+        if plan.default is not None and plan.default != registry.default_version(model):
+            try:
+                registry.set_default(model, plan.default)
+            except ServinglibError as e:
+                notes.append(f"{model}: default stays {registry.default_version(model)!r}: {e}")
+        for version in plan.unload:
+            try:
+                registry.remove_version(model, version)
+            except ServinglibError as e:
+                notes.append(f"{model} {version}: {e}")
+    return notes
+
+
+def worker_status(registry: ModelRegistry, revision: int, notes: list[str]) -> dict[str, Any]:
+    """This worker's report: applied revision, and each model's default and versions."""
+    return {
+        "pid": os.getpid(),
+        "revision": revision,
+        "notes": notes,
+        "models": {
+            name: {
+                "default": registry.default_version(name),
+                "versions": {
+                    r.version: {"state": r.state.value, "reason": r.reason}
+                    for r in registry.records(name)
+                },
+            }
+            for name in registry.model_names()
+        },
+    }
+
+
+class RolloutWatcher:
+    """A worker's thread that follows the desired-state file and reports back."""
+
+    def __init__(self, registry: ModelRegistry, directory: Path, interval_s: float = 0.2) -> None:
+        self._registry = registry
+        self._directory = directory
+        self._interval_s = interval_s
+        self._applied = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="servinglib-rollout", daemon=True)
+
+    def sync(self) -> None:
+        """Apply the desired state now if it changed, and write this worker's status."""
+        try:
+            state = read_desired_state(self._directory)
+        except (OSError, ValueError, TypeError) as e:
+            log.error("cannot read the desired rollout state in %s: %s", self._directory, e)
+            return
+        if state.revision != self._applied:
+            notes = apply_desired_state(self._registry, state)
+            for note in notes:
+                log.warning("rollout revision %d: %s", state.revision, note)
+            self._applied = state.revision
+            self._report(notes)
+
+    def _report(self, notes: list[str]) -> None:
+        status = worker_status(self._registry, self._applied, notes)
+        _write_atomically(self._directory / f"worker-{os.getpid()}.json", status)
+
+    def start(self) -> None:
+        """Start following the file (after the first :meth:`sync`)."""
+        self._report([])
+        self._thread.start()
+
+    def _loop(self) -> None:
+        last_report = time.monotonic()
+        while not self._stop.wait(self._interval_s):
+            before = self._applied
+            self.sync()
+            if self._applied != before:
+                last_report = time.monotonic()
+            elif time.monotonic() - last_report > 5:  # keep the report fresh (states change)
+                self._report([])
+                last_report = time.monotonic()
+
+    def stop(self) -> None:
+        """Stop following and remove this worker's status file."""
+        self._stop.set()
+        (self._directory / f"worker-{os.getpid()}.json").unlink(missing_ok=True)

@@ -1,0 +1,254 @@
+"""The admin API: load, promote, roll back and unload model versions across all workers.
+
+Off by default. When ``admin.enabled`` is true it runs inside the gunicorn master on a
+separate listener bound to 127.0.0.1 only, and every call needs
+``Authorization: Bearer <token>`` (compared in constant time); the token comes from the
+environment variable named by ``admin.token_env``. The public port has no admin routes.
+
+It changes nothing itself: it edits the desired-state file that every worker follows
+(:mod:`servinglib.rollout`) and reads back the workers' reports.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from servinglib.artifacts import NAME_PATTERN, version_directory
+from servinglib.config import ServiceConfig
+from servinglib.errors import ServinglibError
+from servinglib.rollout import (
+    read_desired_state,
+    read_worker_statuses,
+    write_desired_state,
+)
+
+__all__ = ["AdminServer"]
+
+log = logging.getLogger("servinglib.admin")
+
+_VERSION_ROUTE = re.compile(r"^/admin/models/([^/]+)/versions/([^/]+)/(load|unload)$")
+_MODEL_ROUTE = re.compile(r"^/admin/models/([^/]+)/(promote|rollback)$")
+_MAX_BODY = 64 * 1024
+
+
+class _RefusedError(Exception):
+    def __init__(self, status: HTTPStatus, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+class AdminServer:
+    """Loopback-only, token-protected admin listener of one gunicorn master.
+
+    Example::
+
+        admin = AdminServer(config, state_dir, token, 9901, lambda: set(arbiter.WORKERS))
+        admin.start()
+    """
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        state_dir: Path,
+        token: str,
+        port: int,
+        live_pids: Callable[[], set[int]],
+    ) -> None:
+        if not token:
+            raise ServinglibError(
+                "the admin API needs a token; set the variable named by admin.token_env"
+            )
+        self._config = config
+        self._state_dir = state_dir
+        self._token = token.encode()
+        self._live_pids = live_pids
+        self._lock = threading.Lock()
+        admin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "servinglib-admin"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.info("admin %s", format % args)
+
+            def do_GET(self) -> None:
+                admin._dispatch(self, "GET")
+
+            def do_POST(self) -> None:
+                admin._dispatch(self, "POST")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="servinglib-admin", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start listening on 127.0.0.1."""
+        self._thread.start()
+        log.info("admin API listening on 127.0.0.1:%d", self.port)
+
+    def stop(self) -> None:
+        """Stop listening."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    # --- request handling ----------------------------------------------------------------
+    def _dispatch(self, handler: BaseHTTPRequestHandler, method: str) -> None:
+        try:
+            self._authorize(handler)
+            status, body = self._route(handler, method)
+        except _RefusedError as e:
+            status, body = e.status, {"error": str(e)} | ({"detail": e.detail} if e.detail else {})
+        except Exception:
+            log.exception("admin request failed")
+            status, body = (
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                {"error": "internal error; see the log"},
+            )
+        payload = json.dumps(body).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(payload)))
+        if status == HTTPStatus.UNAUTHORIZED:
+            handler.send_header("WWW-Authenticate", 'Bearer realm="servinglib-admin"')
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    def _authorize(self, handler: BaseHTTPRequestHandler) -> None:
+        header = handler.headers.get("Authorization", "")
+        offered = header.removeprefix("Bearer ").encode() if header.startswith("Bearer ") else b""
+        if not hmac.compare_digest(offered, self._token):
+            raise _RefusedError(HTTPStatus.UNAUTHORIZED, "missing or wrong admin token")
+
+    def _route(self, handler: BaseHTTPRequestHandler, method: str) -> tuple[HTTPStatus, Any]:
+        path = handler.path.split("?", 1)[0]
+        if method == "GET" and path == "/admin/status":
+            return HTTPStatus.OK, self.status()
+        if method == "POST":
+            body = self._body(handler)
+            if match := _VERSION_ROUTE.match(path):
+                model, version, action = match.groups()
+                return HTTPStatus.ACCEPTED, self.change(model, version, action)
+            if match := _MODEL_ROUTE.match(path):
+                model, action = match.groups()
+                version = body.get("version") if isinstance(body, dict) else None
+                return HTTPStatus.OK, self.move_default(model, action, version)
+        raise _RefusedError(HTTPStatus.NOT_FOUND, f"no admin route {method} {path}")
+
+    @staticmethod
+    def _body(handler: BaseHTTPRequestHandler) -> Any:
+        length = int(handler.headers.get("Content-Length") or 0)
+        if length > _MAX_BODY:
+            raise _RefusedError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "admin request body too large")
+        raw = handler.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {e}") from e
+
+    # --- operations ----------------------------------------------------------------------
+    def _model(self, name: str) -> Any:
+        for model in self._config.models:
+            if model.name == name:
+                return model
+        raise _RefusedError(HTTPStatus.NOT_FOUND, f"unknown model {name!r}")
+
+    def _checked_version(self, model: Any, version: Any) -> str:
+        if not isinstance(version, str) or not NAME_PATTERN.match(version):
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, f"invalid version name {version!r}")
+        try:
+            path = version_directory(model.repository, model.name, version)
+        except ServinglibError as e:
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
+        if not path.is_dir():
+            raise _RefusedError(
+                HTTPStatus.NOT_FOUND, f"model {model.name!r} has no version directory {version!r}"
+            )
+        return version
+
+    def status(self) -> dict[str, Any]:
+        """The desired state and every live worker's report."""
+        return {
+            "desired": read_desired_state(self._state_dir).to_json(),
+            "workers": {
+                str(pid): s
+                for pid, s in read_worker_statuses(self._state_dir, self._live_pids()).items()
+            },
+        }
+
+    def change(self, name: str, version: str, action: str) -> dict[str, Any]:
+        """Ask every worker to load or unload a version."""
+        model = self._model(name)
+        version = self._checked_version(model, version)
+        with self._lock:
+            state = read_desired_state(self._state_dir)
+            plan = state.plan(name)
+            current_default = plan.default or model.default_version
+            if action == "unload" and version == current_default:
+                raise _RefusedError(
+                    HTTPStatus.CONFLICT,
+                    f"{version!r} is the default version; promote another first",
+                )
+            keep, drop = (plan.load, plan.unload) if action == "load" else (plan.unload, plan.load)
+            if version in drop:
+                drop.remove(version)
+            if version not in keep:
+                keep.append(version)
+            state.revision += 1
+            write_desired_state(self._state_dir, state)
+        return {"revision": state.revision, "model": name, "version": version, "action": action}
+
+    def move_default(self, name: str, action: str, version: Any) -> dict[str, Any]:
+        """Promote a READY version, or roll back to the previous default."""
+        model = self._model(name)
+        with self._lock:
+            state = read_desired_state(self._state_dir)
+            plan = state.plan(name)
+            current = plan.default or model.default_version
+            if action == "rollback":
+                if not plan.previous_defaults:
+                    raise _RefusedError(
+                        HTTPStatus.CONFLICT,
+                        f"model {name!r} has no earlier default to roll back to",
+                    )
+                target = plan.previous_defaults[-1]
+            else:
+                target = self._checked_version(model, version)
+            self._require_ready_everywhere(name, target)
+            if action == "rollback":
+                plan.previous_defaults.pop()
+            elif target != current:
+                plan.previous_defaults.append(current)
+            plan.default = target
+            state.revision += 1
+            write_desired_state(self._state_dir, state)
+        return {"revision": state.revision, "model": name, "default": target, "previous": current}
+
+    def _require_ready_everywhere(self, model: str, version: str) -> None:
+        statuses = read_worker_statuses(self._state_dir, self._live_pids())
+        states = {
+            str(pid): s.get("models", {})
+            .get(model, {})
+            .get("versions", {})
+            .get(version, {})
+            .get("state", "ABSENT")
+            for pid, s in statuses.items()
+        }
+        if not states or any(state != "READY" for state in states.values()):
+            raise _RefusedError(
+                HTTPStatus.CONFLICT,
+                f"version {version!r} of {model!r} is not READY in every worker; load it and wait",
+                states,
+            )

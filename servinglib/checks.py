@@ -9,6 +9,7 @@ from servinglib.config import ServiceConfig, load_config
 from servinglib.errors import ServinglibError
 from servinglib.registry import ModelRegistry, VersionRecord, discover_versions
 from servinglib.selftest import load_test_data
+from servinglib.shadow import make_comparator
 
 __all__ = ["run_all_selftests", "validate_service"]
 
@@ -30,6 +31,12 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
             import_model_class(model.class_ref, config.root, config.python_path)
         except ServinglibError as e:
             problems.append(f"{where}.class: {e}")
+        for i, shadow in enumerate(model.shadows):
+            if shadow.comparator.kind == "custom":
+                try:
+                    make_comparator(shadow.comparator, config.root, config.python_path)
+                except ServinglibError as e:
+                    problems.append(f"{where}.shadow[{i}].comparator: {e}")
         versions = discover_versions(model)
         if not versions:
             problems.append(f"{where}.repository: no version directories in {model.repository}")

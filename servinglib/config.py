@@ -340,7 +340,15 @@ def _check_routed_versions(
         (f"{where}.shadow[{i}].version", s["version"])
         for i, s in enumerate(entry.get("shadow", []))
     ]
+    listed = entry.get("versions")
     for key_path, version in named:
+        if listed is not None and version not in listed:
+            raise ConfigError(
+                f"version {version!r} is not in this model's `versions` list, so it is never "
+                "loaded; add it there",
+                source=label,
+                key_path=key_path,
+            )
         if not (repository / version).is_dir():
             raise ConfigError(
                 f"version {version!r} has no directory in {repository}; add it or remove it here",

@@ -26,6 +26,7 @@ from servinglib.errors import (
     ModelNotReadyError,
     OverloadedError,
     PredictionError,
+    VersionNotFoundError,
 )
 from servinglib.model import Model, TensorSpec
 from servinglib.registry import ModelRegistry, VersionRecord
@@ -79,7 +80,15 @@ class ShadowSubmitter(Protocol):
 
     enabled: bool
 
-    def submit(self, model: str, primary: str, features: Any, output: Any, request_id: str) -> None:
+    def submit(
+        self,
+        model: str,
+        primary: str,
+        features: Any,
+        output: Any,
+        request_id: str,
+        log_answer: bool = True,
+    ) -> None:
         """Copy an answered request to the model's shadows (never blocks)."""
 
 
@@ -107,6 +116,7 @@ class InferenceService:
         self._clock = clock
         self._executors: dict[tuple[str, str, int], DynamicBatcher | None] = {}
         self._executors_lock = threading.Lock()
+        self._fallbacks_logged: set[tuple[str, str]] = set()
         self._recorder = recorder
         self._shadows = shadows if shadows is not None and shadows.enabled else None
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
@@ -133,14 +143,19 @@ class InferenceService:
         chosen = split.choose(routing_key)
         try:
             return self.registry.get(model, chosen)
-        except ModelNotReadyError:
-            log.warning(
-                "model %r: traffic version %r is not READY; using the default", model, chosen
-            )
+        except (ModelNotReadyError, VersionNotFoundError):
+            if (model, chosen) not in self._fallbacks_logged:  # once, not per request
+                self._fallbacks_logged.add((model, chosen))
+                log.warning(
+                    "model %r: traffic version %r cannot answer; using the default", model, chosen
+                )
             return self.registry.get(model)
 
     def routing_key_of(self, model: str, header_value: str | None, features: Any) -> str | None:
-        """The sticky routing key of a request: the configured feature, else the header."""
+        """The sticky routing key: the configured feature when there is one, else the header.
+
+        (Open Inference requests always use the header.)
+        """
         feature = self.registry.model_config(model).routing_feature
         if feature is not None:
             value = features.get(feature) if isinstance(features, Mapping) else None
@@ -302,12 +317,15 @@ class InferenceService:
         elapsed = time.perf_counter() - started
         if self._listener:
             self._listener.prediction_made(record.model, record.version, output)
-        if self._recorder is not None and self._recorder.sampled():
+        logged = self._recorder is not None and self._recorder.sampled()
+        if logged and self._recorder is not None:
             self._recorder.record_prediction(
                 request_id, record.model, record.version, features, output, elapsed
             )
         if self._shadows is not None:
-            self._shadows.submit(record.model, record.version, features, output, request_id)
+            self._shadows.submit(
+                record.model, record.version, features, output, request_id, log_answer=logged
+            )
         return Prediction(record.model, record.version, output, elapsed)
 
     def close(self, timeout_s: float = 30.0) -> None:

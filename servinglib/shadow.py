@@ -94,6 +94,18 @@ def _numbers(value: Any) -> list[float]:
     return []
 
 
+def _as_floats(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _as_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_floats(v) for v in value]
+    return value
+
+
 def _pick(value: Any, field: str | None) -> Any:
     plain = to_plain(value)
     if field is not None and isinstance(plain, dict):
@@ -105,7 +117,11 @@ def _numeric(config: ComparatorConfig) -> Comparator:
     tolerance = Tolerance(atol=config.atol, rtol=config.rtol)
 
     def compare(primary: Any, shadow: Any) -> Comparison:
-        expected, actual = _pick(primary, config.field), _pick(shadow, config.field)
+        # Numbers are numbers here: 1 and 1.0 agree (self-tests, by contrast, check types).
+        expected, actual = (
+            _as_floats(_pick(primary, config.field)),
+            _as_floats(_pick(shadow, config.field)),
+        )
         agree = not compare_outputs(expected, actual, tolerance)
         a, b = _numbers(expected), _numbers(actual)
         difference = (
@@ -223,7 +239,15 @@ class ShadowRouter:
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
 
-    def submit(self, model: str, primary: str, features: Any, output: Any, request_id: str) -> None:
+    def submit(
+        self,
+        model: str,
+        primary: str,
+        features: Any,
+        output: Any,
+        request_id: str,
+        log_answer: bool = True,
+    ) -> None:
         """Copy an answered request to the sampled shadows of ``model``; never blocks."""
         for shadow in self._shadows.get(model, ()):
             version = shadow.config.version
@@ -235,7 +259,7 @@ class ShadowRouter:
                 continue
             try:
                 future = self._executor.submit(
-                    self._run, shadow, model, primary, features, output, request_id
+                    self._run, shadow, model, primary, features, output, request_id, log_answer
                 )
             except RuntimeError:  # executor shut down: the worker is exiting
                 self._slots.release()
@@ -251,7 +275,14 @@ class ShadowRouter:
             self._pending.discard(future)
 
     def _run(
-        self, shadow: _Shadow, model: str, primary: str, features: Any, output: Any, request_id: str
+        self,
+        shadow: _Shadow,
+        model: str,
+        primary: str,
+        features: Any,
+        output: Any,
+        request_id: str,
+        log_answer: bool,
     ) -> None:
         version = shadow.config.version
         started = time.perf_counter()
@@ -259,7 +290,7 @@ class ShadowRouter:
         try:
             record = self._registry.get(model, version)
             assert record.instance is not None
-            answer = record.instance.predict(features)
+            answer = record.instance.predict(record.instance.prepare(features))
             elapsed = time.perf_counter() - started
             if elapsed * 1000 > shadow.config.timeout_ms:
                 outcome = "timeout"
@@ -274,7 +305,7 @@ class ShadowRouter:
             comparison = shadow.compare(output, answer)
             if self._listener:
                 self._listener.shadow_compared(model, primary, version, comparison)
-            if self._recorder:
+            if self._recorder and log_answer:  # logged with its primary, under its sampling
                 self._recorder.record_shadow(
                     request_id, model, version, primary, features, answer, elapsed
                 )

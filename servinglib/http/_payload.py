@@ -7,6 +7,7 @@ from typing import Any
 from flask import current_app, request
 from werkzeug.exceptions import UnsupportedMediaType
 
+from servinglib.errors import InvalidInputError
 from servinglib.http._json import parse_json
 from servinglib.service import InferenceService
 
@@ -15,6 +16,7 @@ __all__ = [
     "envoy_timeout_ms",
     "json_body",
     "model_label",
+    "request_priority",
     "require_json_content_type",
 ]
 
@@ -42,6 +44,17 @@ def envoy_timeout_ms() -> float | None:
         return float(raw) if raw is not None else None
     except ValueError:
         return None
+
+
+def request_priority(value: Any) -> int | None:
+    """A request priority: an integer >= 0 (0 is served first), or None for the default."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidInputError("priority must be an integer >= 0 (0 = highest)", field="priority")
+    return value
 
 
 def model_label(service: InferenceService, model: Any) -> str:

@@ -86,7 +86,11 @@ def register_error_handlers(app: Flask) -> None:
         if status == 413:
             limit = app.config.get("MAX_CONTENT_LENGTH")
             message = f"request body larger than the limit of {limit} bytes; send a smaller body"
-        return error_response(message, status)
+        response = error_response(message, status)
+        for name, value in error.get_headers():
+            if name.lower() != "content-type":  # e.g. Allow on 405, kept per RFC 9110
+                response.headers[name] = value
+        return response
 
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:

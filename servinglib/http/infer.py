@@ -13,6 +13,7 @@ from servinglib.http._payload import (
     envoy_timeout_ms,
     json_body,
     model_label,
+    request_priority,
     require_json_content_type,
 )
 from servinglib.selftest import to_plain
@@ -49,9 +50,7 @@ def infer() -> Response:
             f"unknown key(s) {unknown}; allowed: model_id, version, features, priority",
             field=unknown[0],
         )
-    priority = body.get("priority")
-    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
-        raise InvalidInputError("`priority` must be an integer (0 = highest)", field="priority")
+    priority = request_priority(body.get("priority"))
     routing_key = request.headers.get(service.routing_header(model))
     prediction = service.infer(
         model,

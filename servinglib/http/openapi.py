@@ -6,6 +6,7 @@ from importlib.metadata import version as package_version
 from typing import Any
 
 from servinglib.config import ServiceConfig
+from servinglib.http._v2_codec import DATATYPES
 
 __all__ = ["openapi_document"]
 
@@ -18,9 +19,9 @@ _EMPTY = {"description": "Status only, empty body"}
 
 def _tensor_schema(with_data: bool) -> dict[str, Any]:
     properties: dict[str, Any] = {
-        "name": {"type": "string"},
+        "name": {"type": "string", "minLength": 1},
         "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-        "datatype": {"type": "string"},
+        "datatype": {"type": "string", "enum": list(DATATYPES)},
         "parameters": {"type": "object"},
     }
     if with_data:
@@ -35,10 +36,14 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
         {
             "type": "object",
             "title": m.name,
+            "required": ["model_id", "features"],
             "properties": {
                 "model_id": {"const": m.name},
+                "version": {"type": ["string", "null"]},
                 "features": dict(m.input_schema) if m.input_schema else {},
+                "priority": {"type": ["integer", "null"], "minimum": 0},
             },
+            "additionalProperties": False,
         }
         for m in config.models
     ]
@@ -158,7 +163,28 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
         "/v2/repository/index": {
             "post": {
                 "summary": "Model versions and their states",
-                "responses": {"200": json_ok, "400": _ERROR},
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {"ready": {"type": "boolean"}},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "Every version and its state",
+                        "content": {
+                            "application/json": {
+                                "schema": {"type": "array", "items": {"type": "object"}}
+                            }
+                        },
+                    },
+                    "400": _ERROR,
+                },
             }
         },
         "/models": get("Models, versions, states and failure reasons", json_ok),
@@ -191,17 +217,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                     "required": ["error"],
                     "properties": {"error": {"type": "string"}},
                 },
-                "InferRequest": {
-                    "type": "object",
-                    "required": ["model_id", "features"],
-                    "properties": {
-                        "model_id": {"type": "string", "enum": names},
-                        "version": {"type": "string"},
-                        "features": {},
-                    },
-                    "additionalProperties": False,
-                    "oneOf": per_model,
-                },
+                "InferRequest": {"oneOf": per_model},
                 "InferResponse": {
                     "type": "object",
                     "required": ["model_id", "version", "output", "request_id"],
@@ -218,7 +234,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                     "properties": {
                         "id": {"type": "string"},
                         "parameters": {"type": "object"},
-                        "inputs": {"type": "array", "items": _tensor_schema(True)},
+                        "inputs": {"type": "array", "minItems": 1, "items": _tensor_schema(True)},
                         "outputs": {
                             "type": "array",
                             "items": {

@@ -12,7 +12,7 @@ from werkzeug.exceptions import UnsupportedMediaType
 
 from servinglib.errors import InvalidInputError, PredictionError
 from servinglib.http._context import mark_inference
-from servinglib.http._payload import envoy_timeout_ms, json_body, model_label
+from servinglib.http._payload import envoy_timeout_ms, json_body, model_label, request_priority
 from servinglib.http._v2_codec import decode_request, encode_response
 from servinglib.model import TensorSpec
 from servinglib.registry import VersionState
@@ -132,9 +132,7 @@ def model_infer(model: str, version: str | None = None) -> Response:
         max_elements=current_app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"],
         max_depth=current_app.config["SERVINGLIB_MAX_JSON_DEPTH"],
     )
-    priority = decoded.parameters.get("priority")
-    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
-        raise InvalidInputError("parameters.priority must be an integer (0 = highest)")
+    priority = request_priority(decoded.parameters.get("priority"))
     prediction = service.infer_tensors(
         model,
         decoded.inputs,
@@ -178,7 +176,9 @@ def model_infer(model: str, version: str | None = None) -> Response:
 def repository_index() -> Response:
     """Every model version with its state and, when not READY, the reason (Triton shape)."""
     options = json_body() if request.get_data(cache=True).strip() else {}
-    ready_only = isinstance(options, dict) and options.get("ready") is True
+    if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
+        raise InvalidInputError('the body must be an object like {"ready": true}')
+    ready_only = options.get("ready") is True
     registry = _service().registry
     entries = []
     for name in registry.model_names():

@@ -164,6 +164,8 @@ def _tensor_header(
     if not isinstance(name, str) or not name:
         raise InvalidInputError(f"{where}.name must be a non-empty string")
     shape = raw.get("shape")
+    if isinstance(shape, list):  # JSON does not tell 3 from 3.0
+        shape = [int(d) if isinstance(d, float) and d.is_integer() else d for d in shape]
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):

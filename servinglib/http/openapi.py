@@ -17,15 +17,23 @@ _ERROR = {
 _EMPTY = {"description": "Status only, empty body"}
 
 
+_PARAMETERS = {
+    "type": "object",
+    "description": "Open Inference parameters (e.g. binary_data_size, binary_data, priority).",
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+
+
 def _tensor_schema(with_data: bool) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "name": {"type": "string", "minLength": 1},
         "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "datatype": {"type": "string", "enum": list(DATATYPES)},
-        "parameters": {"type": "object"},
+        "parameters": _PARAMETERS,
     }
     if with_data:
-        properties["data"] = {"type": "array"}
+        # Row-major, flat (nested lists are accepted too); BYTES elements are strings.
+        properties["data"] = {"type": "array", "items": {"type": ["number", "string", "boolean"]}}
     return {"type": "object", "required": ["name", "shape", "datatype"], "properties": properties}
 
 
@@ -233,7 +241,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                     "required": ["inputs"],
                     "properties": {
                         "id": {"type": "string"},
-                        "parameters": {"type": "object"},
+                        "parameters": _PARAMETERS,
                         "inputs": {"type": "array", "minItems": 1, "items": _tensor_schema(True)},
                         "outputs": {
                             "type": "array",
@@ -242,7 +250,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                                 "required": ["name"],
                                 "properties": {
                                     "name": {"type": "string"},
-                                    "parameters": {"type": "object"},
+                                    "parameters": _PARAMETERS,
                                 },
                             },
                         },

@@ -42,6 +42,7 @@ class Prompt:
         parse: turns the raw answer into its value, seeing earlier values; raises FieldError.
         default: the default answer given earlier values; None when an answer is required.
         default_doc: the default as the reference page describes it.
+        accepts: the values accepted, as the reference page describes them.
     """
 
     key: str
@@ -49,6 +50,7 @@ class Prompt:
     parse: Callable[[str, Answers], Any]
     default: Callable[[Answers], str | None]
     default_doc: str
+    accepts: str
 
 
 AskFunction = Callable[[Prompt, "str | None", "str | None"], str]
@@ -134,6 +136,8 @@ _TEAM = Prompt(
     lambda raw, _: parse_dns_label(raw),
     _required,
     "required",
+    "a DNS label: lower-case letters, digits and '-', starting with a letter, at most 63 "
+    "characters",
 )
 _MODEL = Prompt(
     "model",
@@ -141,6 +145,7 @@ _MODEL = Prompt(
     lambda raw, _: parse_dns_label(raw),
     _required,
     "required",
+    "a DNS label, at most 63 characters",
 )
 _RUNTIME = Prompt(
     "runtime",
@@ -148,6 +153,7 @@ _RUNTIME = Prompt(
     _parse_runtime,
     _constant("python"),
     "`python`",
+    "`python`, `onnx` or `torch`",
 )
 
 SERVICE_PROMPTS: tuple[Prompt, ...] = (
@@ -159,6 +165,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_dns_label(raw, max_length=50),
         lambda v: f"{v['model']}-service",
         "`<model>-service`",
+        "a DNS label, at most 50 characters (objects get suffixes such as `-envoy`)",
     ),
     _RUNTIME,
     Prompt(
@@ -167,6 +174,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_owners(raw),
         lambda v: f"@{v['team']}",
         "`@<team>`",
+        "`@user`, `@org/team` or e-mail addresses, comma-separated",
     ),
     Prompt(
         "workers",
@@ -174,6 +182,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_int(raw, 1, 64),
         _constant("2"),
         "`2`",
+        "1 to 64",
     ),
     Prompt(
         "cpu_request",
@@ -181,6 +190,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_cpu(raw),
         _constant("1"),
         "`1`",
+        "a Kubernetes CPU quantity: `500m`, `1`, `1.5`",
     ),
     Prompt(
         "cpu_limit",
@@ -188,6 +198,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _parse_limit(parse_cpu, "cpu_request", cpu=True),
         _larger("2", "cpu_request", cpu=True),
         "`2`, or `cpu_request` if larger",
+        "a CPU quantity, at least `cpu_request`",
     ),
     Prompt(
         "memory_request",
@@ -195,6 +206,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_memory(raw),
         _constant("1Gi"),
         "`1Gi`",
+        "a Kubernetes memory quantity: `512Mi`, `1Gi`",
     ),
     Prompt(
         "memory_limit",
@@ -202,6 +214,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _parse_limit(parse_memory, "memory_request", cpu=False),
         _larger("2Gi", "memory_request", cpu=False),
         "`2Gi`, or `memory_request` if larger",
+        "a memory quantity, at least `memory_request`",
     ),
     Prompt(
         "min_replicas",
@@ -209,6 +222,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_int(raw, 1, 1000),
         _constant("2"),
         "`2`",
+        "1 to 1000",
     ),
     Prompt(
         "max_replicas",
@@ -216,6 +230,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _parse_max_replicas,
         lambda v: str(max(10, v["min_replicas"])),
         "`10`, or `min_replicas` if larger",
+        "`min_replicas` to 1000",
     ),
     Prompt(
         "replicas",
@@ -223,6 +238,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _parse_replicas,
         lambda v: str(v["min_replicas"]),
         "`min_replicas`",
+        "`min_replicas` to `max_replicas`",
     ),
     Prompt(
         "target_cpu_utilization",
@@ -230,6 +246,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         lambda raw, _: parse_int(raw, 10, 100),
         _constant("70"),
         "`70`",
+        "10 to 100",
     ),
     Prompt(
         "image",
@@ -237,6 +254,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _parse_image,
         lambda v: f"ghcr.io/{v['team']}/{v['service']}:0.1.0",
         "`ghcr.io/<team>/<service>:0.1.0`",
+        "an image reference: `registry/name:tag` or `name@sha256:...`",
     ),
     Prompt(
         "python_version",
@@ -244,6 +262,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _parse_python,
         _constant("3.11"),
         "`3.11`",
+        "`3.11`, `3.12` or `3.13`",
     ),
     Prompt(
         "servinglib",
@@ -251,6 +270,8 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _servinglib,
         lambda _: default_servinglib_source(),
         "the servinglib checkout the generator runs from, else `servinglib==<installed version>`",
+        "a servinglib checkout directory, a `.whl` file (copied into `wheels/`) or a "
+        "requirement starting with `servinglib`",
     ),
 )
 

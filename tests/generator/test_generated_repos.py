@@ -275,6 +275,10 @@ def test_envoy_answers_413_to_a_body_over_8_mib(behind_envoy: str) -> None:
     assert "x-envoy-upstream-service-time" not in answer.headers
 
 
+def files_of(repo: Path) -> set[Path]:
+    return {path.relative_to(repo) for path in repo.rglob("*") if path.is_file()}
+
+
 def test_the_wheel_ships_the_templates_and_renders_a_repo(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -312,6 +316,8 @@ def test_the_wheel_ships_the_templates_and_renders_a_repo(
         env=env.env,
     )
     repo = work / "out" / "eta-service"
+    from_checkout = render(work / "checkout", servinglib=str(wheel))
+    assert files_of(repo) == files_of(from_checkout)  # hidden files too: .github/, .gitignore
     assert (repo / "wheels" / wheel.name).is_file()
     assert f"./wheels/{wheel.name}" in (repo / "requirements.txt").read_text().splitlines()
     env.pip_install("-r", "requirements.txt", cwd=repo)

@@ -139,3 +139,26 @@ def test_add_model_needs_a_generated_repository(
     assert main(["add-model", "--repo", str(tmp_path), "--no-input", "model=fraud"]) == 1
     assert "is not a servinglib repository add-model can update" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("runtime", "package", "fix"),
+    [
+        ("onnx", "onnx", "pip install 'servinglib[onnx]'"),
+        ("torch", "torch", "pip install torch==2.13.0"),
+    ],
+)
+def test_a_missing_artifact_builder_is_a_clear_error_that_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    runtime: str,
+    package: str,
+    fix: str,
+) -> None:
+    monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
+    assert generate(tmp_path, f"runtime={runtime}") == 1
+    err = capsys.readouterr().err
+    assert f"runtime={runtime} builds a starter" in err
+    assert fix in err
+    assert list(tmp_path.iterdir()) == []

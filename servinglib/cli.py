@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     admin.add_argument(
         "--wait", action="store_true", help="load: wait until every worker is READY or FAILED"
     )
+    from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
+
+    add_optimize_parser(commands)
     return parser
 
 
@@ -92,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.config)
         if args.command == "admin":
             return _admin(args)
+        if args.command == "optimize":
+            from servinglib.optimize.cli import run as run_optimize
+
+            return run_optimize(args)
         return _selftest(args.config, args.junit)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -34,5 +34,6 @@ def require(module: str, purpose: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        hint = _EXTRAS.get(module.split(".")[0], f"pip install {module.split('.')[0]}")
+        top = module.split(".", maxsplit=1)[0]
+        hint = _EXTRAS.get(top, f"pip install {top}")
         raise OptimizeError(f"{purpose} needs {module!r}, which is not installed; {hint}") from e

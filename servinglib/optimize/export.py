@@ -49,9 +49,7 @@ class ExportResult:
     checked_shapes: tuple[str, ...]
 
 
-def load_module(
-    reference: str, *, weights: Path | None = None, root: Path | None = None
-) -> Any:
+def load_module(reference: str, *, weights: Path | None = None, root: Path | None = None) -> Any:
     """A ``torch.nn.Module`` in eval mode from a TorchScript file or ``module:factory``.
 
     ``reference`` is a TorchScript file (``model.pt``) or ``package.module:factory`` /
@@ -169,9 +167,7 @@ def _variants(
     """The sample, a batch one larger, and each named non-batch axis one shorter."""
     base = {name: np.asarray(a) for name, a in sample.items()}
     variants = [("sample", base)]
-    variants.append(
-        ("batch+1", {n: np.concatenate([a, a[:1]], axis=0) for n, a in base.items()})
-    )
+    variants.append(("batch+1", {n: np.concatenate([a, a[:1]], axis=0) for n, a in base.items()}))
     labels = sorted({label for name in base for ax, label in axes[name].items() if ax != 0})
     for label in labels:
         shorter = dict(base)

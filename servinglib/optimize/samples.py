@@ -29,7 +29,15 @@ from servinglib.optimize._deps import require
 from servinglib.optimize.errors import OptimizeError
 from servinglib.selftest import TEST_DATA_FILE, load_test_data
 
-__all__ = ["Feed", "InputSpec", "SampleSet", "input_specs", "load_samples", "stack_feeds"]
+__all__ = [
+    "Feed",
+    "InputSpec",
+    "SampleSet",
+    "input_specs",
+    "load_samples",
+    "representative_feed",
+    "stack_feeds",
+]
 
 Feed = dict[str, np.ndarray]
 LABEL_KEYS = ("labels", "label")
@@ -79,9 +87,7 @@ def input_specs(model_path: Path) -> tuple[InputSpec, ...]:
     return tuple(specs)
 
 
-def load_samples(
-    path: Path, specs: Sequence[InputSpec], limit: int | None = None
-) -> SampleSet:
+def load_samples(path: Path, specs: Sequence[InputSpec], limit: int | None = None) -> SampleSet:
     """Read samples for the graph inputs ``specs`` from ``path`` (.npz, .jsonl, test_data.json).
 
     Raises:
@@ -206,7 +212,15 @@ def stack_feeds(feeds: Sequence[Feed]) -> Feed:
         shape = np.max([p.shape for p in parts], axis=0)
         padded = []
         for part in parts:
-            widths = [(0, 0)] + [(0, int(s - d)) for s, d in zip(shape[1:], part.shape[1:], strict=True)]
+            widths = [(0, 0)] + [
+                (0, int(s - d)) for s, d in zip(shape[1:], part.shape[1:], strict=True)
+            ]
             padded.append(np.pad(part, widths) if any(w[1] for w in widths) else part)
         batch[name] = np.concatenate(padded, axis=0)
     return batch
+
+
+def representative_feed(feeds: Sequence[Feed]) -> Feed:
+    """The sample of median size (e.g. median sequence length): single requests are timed on it."""
+    sizes = [sum(a.size for a in feed.values()) for feed in feeds]
+    return feeds[int(np.argsort(sizes, kind="stable")[len(sizes) // 2])]

@@ -1,0 +1,128 @@
+"""Budgets an optimized model must meet: size, median single-request latency, accuracy loss.
+
+Budgets come from command-line flags (``--max-size-mb``, ``--max-latency-ms``,
+``--max-accuracy-loss``) or from a model's ``optimize_budgets`` in servinglib.yaml; a flag
+overrides the file. A budget not set is not checked. ``servinglib optimize`` exits non-zero
+when one is exceeded, so CI can hold edge targets (e.g. < 5 MB, < 15 ms median)::
+
+    models:
+      - name: digits
+        runtime: onnx
+        optimize_budgets: {max_size_mb: 5, max_latency_ms: 15, max_accuracy_loss: 0.003}
+
+Example::
+
+    results = check_budgets(Budgets(max_size_mb=5.0), size_mb=0.1, latency_ms=0.2, loss=0.0)
+    assert all(r.passed for r in results)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from servinglib.config import ServiceConfig
+from servinglib.errors import ConfigError
+
+__all__ = ["BUDGET_KEYS", "BudgetResult", "Budgets", "budgets_for_model", "check_budgets"]
+
+BUDGET_KEYS = ("max_size_mb", "max_latency_ms", "max_accuracy_loss")
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits; None means not checked.
+
+    Attributes:
+        max_size_mb: largest model file, in MB (10⁶ bytes), external data included.
+        max_latency_ms: largest median (p50) single-request latency, in milliseconds.
+        max_accuracy_loss: largest loss of the chosen metric against FP32 (a fraction:
+            0.003 is 0.3 accuracy points, 0.01 is a mean cosine of 0.99).
+    """
+
+    max_size_mb: float | None = None
+    max_latency_ms: float | None = None
+    max_accuracy_loss: float | None = None
+
+    def override(self, other: Budgets) -> Budgets:
+        """These budgets with every limit ``other`` sets taking precedence."""
+        changes = {f.name: getattr(other, f.name) for f in fields(other)}
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_mapping(
+        cls, raw: Mapping[str, Any], *, source: str = "", key_path: str = ""
+    ) -> Budgets:
+        """Budgets from a mapping such as ``optimize_budgets`` in servinglib.yaml.
+
+        Raises:
+            ConfigError: an unknown key or a value that is not a non-negative number.
+        """
+        unknown = sorted(set(raw) - set(BUDGET_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"unknown budget(s) {unknown}; allowed: {', '.join(BUDGET_KEYS)}",
+                source=source,
+                key_path=key_path,
+            )
+        values: dict[str, float] = {}
+        for key, value in raw.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(
+                    f"{value!r} is not a non-negative number; set a limit such as 5",
+                    source=source,
+                    key_path=f"{key_path}.{key}" if key_path else key,
+                )
+            values[key] = float(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """One budget checked against the measured value."""
+
+    budget: str
+    limit: float
+    actual: float
+    passed: bool
+
+    def describe(self) -> str:
+        """``max_size_mb: 23.1 <= 25 (ok)`` or ``... > ... (EXCEEDED)``."""
+        sign, verdict = ("<=", "ok") if self.passed else (">", "EXCEEDED")
+        return f"{self.budget}: {self.actual:.4g} {sign} {self.limit:g} ({verdict})"
+
+
+def check_budgets(
+    budgets: Budgets, *, size_mb: float, latency_ms: float, loss: float | None
+) -> list[BudgetResult]:
+    """Check every budget that is set; a loss that could not be measured fails its budget."""
+    measured = {
+        "max_size_mb": size_mb,
+        "max_latency_ms": latency_ms,
+        "max_accuracy_loss": math.inf if loss is None else loss,
+    }
+    results = []
+    for key in BUDGET_KEYS:
+        limit = getattr(budgets, key)
+        if limit is not None:
+            actual = measured[key]
+            results.append(BudgetResult(key, limit, actual, actual <= limit))
+    return results
+
+
+def budgets_for_model(config: ServiceConfig, model: str) -> Budgets:
+    """The ``optimize_budgets`` of ``model`` in a loaded servinglib.yaml (empty when unset).
+
+    Raises:
+        ConfigError: no model of that name, or invalid budgets.
+    """
+    for entry in config.models:
+        if entry.name == model:
+            raw = getattr(entry, "optimize_budgets", None) or {}
+            return Budgets.from_mapping(
+                raw, source=str(config.source), key_path=f"{entry.key_path}.optimize_budgets"
+            )
+    names = [entry.name for entry in config.models]
+    raise ConfigError(f"no model {model!r}; models: {', '.join(names)}", source=str(config.source))

@@ -1,0 +1,359 @@
+"""``servinglib optimize``: thin command-line wrappers over the optimize library.
+
+Sub-commands, each usable alone::
+
+    servinglib optimize export   MODULE:FACTORY|model.pt --sample sample.npz --out model.onnx
+    servinglib optimize graph    model.onnx --level basic --out model.basic.onnx
+    servinglib optimize quantize model.onnx --method static --calibration calib.npz --out q.onnx
+    servinglib optimize run      model.onnx --validation valid.npz --out int8/model.onnx
+
+``run`` does it all (graph optimization, quantization or the accuracy-aware search,
+measurement, report, budgets) and exits 1 when a budget is exceeded or no candidate fits,
+2 when the input is wrong. Nothing heavy is imported until a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from servinglib.errors import ServinglibError
+
+__all__ = ["add_parser", "main", "run"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _add_quantize_options(parser: argparse.ArgumentParser, *, auto: bool) -> None:
+    methods = ["dynamic", "dynamic-per-token", "static"]
+    parser.add_argument(
+        "--method",
+        choices=(["auto", *methods] if auto else methods),
+        default="auto" if auto else "dynamic",
+        help="quantization method; auto = accuracy-aware search (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--per-channel", action="store_true", help="one weight scale per output channel"
+    )
+    parser.add_argument(
+        "--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)"
+    )
+    parser.add_argument(
+        "--exclude-op-types", type=_names, default=(), help="operator types left in float: A,B"
+    )
+    parser.add_argument(
+        "--exclude-nodes", type=_names, default=(), help="node names left in float: a,b"
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="calibration samples for static: .npz, .jsonl or test_data.json",
+    )
+    parser.add_argument(
+        "--calibration-method",
+        choices=["minmax", "entropy", "percentile"],
+        default="minmax",
+        help="how static calibration sets activation ranges (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=1000,
+        help="use at most this many samples of each file (default: %(default)s)",
+    )
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``optimize`` and its sub-commands to ``subparsers`` (from ``add_subparsers``)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "optimize",
+        help="export to ONNX, optimize the graph, quantize to INT8, measure and report",
+        description="Export PyTorch models to ONNX, optimize graphs, quantize to INT8, and "
+        "measure what it gained and lost.",
+    )
+    steps = parser.add_subparsers(dest="optimize_command", required=True)
+
+    export = steps.add_parser("export", help="PyTorch module or TorchScript file → ONNX")
+    export.add_argument(
+        "model",
+        help="module:factory or path/file.py:factory returning the module, or a TorchScript .pt",
+    )
+    export.add_argument("--weights", type=Path, help="state_dict file to load into the module")
+    export.add_argument(
+        "--sample",
+        type=Path,
+        required=True,
+        help=".npz of sample inputs, one array per input (axis 0 = batch)",
+    )
+    export.add_argument(
+        "--input-names", type=_names, help="input order and names (default: the .npz order)"
+    )
+    export.add_argument(
+        "--output-names", type=_names, default=("output",), help="output names (default: output)"
+    )
+    export.add_argument(
+        "--dynamic-axis",
+        action="append",
+        default=[],
+        metavar="NAME:AXIS:LABEL",
+        help="another dynamic axis, e.g. input_ids:1:sequence (axis 0 is always dynamic)",
+    )
+    export.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
+    export.add_argument("--atol", type=float, default=1e-4, help="verification atol")
+    export.add_argument("--rtol", type=float, default=1e-3, help="verification rtol")
+    export.add_argument("--out", type=Path, required=True, help="the ONNX file to write")
+
+    graph = steps.add_parser("graph", help="ONNX Runtime offline graph optimization")
+    graph.add_argument("source", type=Path, help="the ONNX model")
+    graph.add_argument(
+        "--level",
+        choices=["basic", "extended", "all"],
+        default="basic",
+        help="optimization level (default: %(default)s; `all` is specific to this CPU)",
+    )
+    graph.add_argument("--out", type=Path, required=True, help="the optimized ONNX file")
+
+    quantize = steps.add_parser("quantize", help="INT8 quantization with one method")
+    quantize.add_argument("source", type=Path, help="the FP32 ONNX model")
+    _add_quantize_options(quantize, auto=False)
+    quantize.add_argument("--out", type=Path, required=True, help="the INT8 ONNX file")
+
+    run_parser = steps.add_parser(
+        "run", help="quantize (or search), measure before/after, report, check budgets"
+    )
+    run_parser.add_argument("source", type=Path, help="the FP32 ONNX model")
+    run_parser.add_argument(
+        "--out", type=Path, help="the INT8 model to write (default: <source>.int8.onnx)"
+    )
+    run_parser.add_argument(
+        "--report-dir", type=Path, help="report directory (default: that of --out)"
+    )
+    run_parser.add_argument(
+        "--validation",
+        type=Path,
+        required=True,
+        help="validation samples: .npz (+ labels), .jsonl or test_data.json",
+    )
+    run_parser.add_argument(
+        "--metric",
+        choices=["accuracy", "top1", "cosine", "max-abs-error"],
+        default="cosine",
+        help="how INT8 is compared with FP32 (default: %(default)s)",
+    )
+    run_parser.add_argument("--output", help="graph output judged (default: the first)")
+    _add_quantize_options(run_parser, auto=True)
+    run_parser.add_argument(
+        "--graph-level",
+        choices=["disable", "basic", "extended"],
+        default="basic",
+        help="graph optimization before quantizing (default: %(default)s)",
+    )
+    run_parser.add_argument("--max-size-mb", type=float, help="budget: model size in MB")
+    run_parser.add_argument(
+        "--max-latency-ms", type=float, help="budget: median single-request latency in ms"
+    )
+    run_parser.add_argument(
+        "--max-accuracy-loss",
+        type=float,
+        help="budget: loss of the metric vs FP32, a fraction (0.003 = 0.3 points); "
+        "auto defaults to 0.01",
+    )
+    run_parser.add_argument("--config", type=Path, help="read optimize_budgets from this file")
+    run_parser.add_argument("--model", help="the model in --config whose budgets apply")
+    run_parser.add_argument(
+        "--require-batch-invariance",
+        action="store_true",
+        help="reject candidates whose outputs change with their batch neighbours",
+    )
+    run_parser.add_argument(
+        "--invariance-tolerance",
+        type=float,
+        default=1e-3,
+        help="relative deviation still called batch-invariant (default: %(default)s)",
+    )
+    run_parser.add_argument(
+        "--invariance-batch-size", type=int, default=8, help="mixed batch size (default: 8)"
+    )
+    run_parser.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads when measuring (default: 1)"
+    )
+    run_parser.add_argument("--warmup", type=int, default=20, help="warm-up runs (default: 20)")
+    run_parser.add_argument(
+        "--iterations", type=int, default=100, help="runs per round (default: 100)"
+    )
+    run_parser.add_argument("--repeats", type=int, default=5, help="rounds (default: 5)")
+    run_parser.add_argument(
+        "--batch-size", type=int, default=32, help="throughput batch size (default: 32)"
+    )
+    run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed ``optimize`` command; returns the exit code."""
+    try:
+        command = args.optimize_command
+        if command == "export":
+            return _export(args)
+        if command == "graph":
+            return _graph(args)
+        if command == "quantize":
+            return _quantize(args)
+        return _run(args)
+    except ServinglibError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _quantize_options(args: argparse.Namespace) -> Any:
+    from servinglib.optimize.quantize import QuantizeOptions
+
+    return QuantizeOptions(
+        method=args.method,
+        per_channel=args.per_channel,
+        reduce_range=args.reduce_range,
+        exclude_op_types=tuple(args.exclude_op_types),
+        exclude_nodes=tuple(args.exclude_nodes),
+        calibration_method=args.calibration_method,
+    )
+
+
+def _export(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from servinglib.optimize.errors import OptimizeError
+    from servinglib.optimize.export import export_module, load_module
+
+    with np.load(args.sample, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    names = list(args.input_names or arrays)
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise OptimizeError(f"{args.sample} has no arrays {missing}; it has {list(arrays)}")
+    axes: dict[str, dict[int, str]] = {}
+    for spec in args.dynamic_axis:
+        name, axis, label = [*spec.split(":"), "", ""][:3]
+        if not (name and axis.isdigit() and label):
+            raise OptimizeError(f"--dynamic-axis {spec!r}: use NAME:AXIS:LABEL, e.g. ids:1:seq")
+        axes.setdefault(name, {})[int(axis)] = label
+    module = load_module(args.model, weights=args.weights)
+    result = export_module(
+        module,
+        {n: arrays[n] for n in names},
+        args.out,
+        output_names=list(args.output_names),
+        dynamic_axes=axes,
+        opset=args.opset,
+        atol=args.atol,
+        rtol=args.rtol,
+    )
+    print(f"wrote {result.path} (opset {result.opset}); verified against PyTorch on:")
+    for shapes in result.checked_shapes:
+        print(f"  {shapes}")
+    print(f"max |ONNX Runtime - PyTorch| = {result.max_abs_error:.3g}")
+    return EXIT_OK
+
+
+def _graph(args: argparse.Namespace) -> int:
+    from servinglib.optimize.graph import optimize_graph
+
+    result = optimize_graph(args.source, args.out, level=args.level)
+    print(f"wrote {result.path}: {result.nodes_before} → {result.nodes_after} nodes ({args.level})")
+    return EXIT_OK
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from servinglib.optimize.measure import model_size_mb
+    from servinglib.optimize.quantize import quantize
+    from servinglib.optimize.samples import input_specs, load_samples
+
+    options = _quantize_options(args)
+    calibration = None
+    if args.calibration is not None:
+        calibration = load_samples(args.calibration, input_specs(args.source), args.max_samples)
+    result = quantize(args.source, args.out, options, calibration=calibration)
+    before, after = model_size_mb(args.source), model_size_mb(result.path)
+    print(f"wrote {result.path} ({options.describe()}): {before:.2f} MB → {after:.2f} MB")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from servinglib.config import load_config
+    from servinglib.optimize.budgets import Budgets, budgets_for_model
+    from servinglib.optimize.errors import OptimizeError
+    from servinglib.optimize.measure import MeasureSettings
+    from servinglib.optimize.pipeline import OptimizeSettings, optimize_model
+
+    budgets = Budgets()
+    if args.config is not None:
+        if not args.model:
+            raise OptimizeError("--config needs --model NAME: whose optimize_budgets apply?")
+        budgets = budgets_for_model(load_config(args.config), args.model)
+    budgets = budgets.override(
+        Budgets(
+            max_size_mb=args.max_size_mb,
+            max_latency_ms=args.max_latency_ms,
+            max_accuracy_loss=args.max_accuracy_loss,
+        )
+    )
+    destination = args.out or args.source.with_name(args.source.stem + ".int8.onnx")
+    settings = OptimizeSettings(
+        method="auto" if args.method == "auto" else _quantize_options(args),
+        metric=args.metric,
+        output=args.output,
+        budgets=budgets,
+        require_invariance=args.require_batch_invariance,
+        graph_level=args.graph_level,
+        measure=MeasureSettings(
+            threads=args.threads,
+            warmup=args.warmup,
+            iterations=args.iterations,
+            repeats=args.repeats,
+            batch_size=args.batch_size,
+        ),
+        invariance_tolerance=args.invariance_tolerance,
+        invariance_batch_size=args.invariance_batch_size,
+        max_samples=args.max_samples,
+        progress=not args.no_progress,
+    )
+    outcome = optimize_model(
+        args.source,
+        destination,
+        validation=args.validation,
+        calibration=args.calibration,
+        report_dir=args.report_dir,
+        settings=settings,
+    )
+    document = outcome.report.to_dict()
+    if outcome.model is not None:
+        change, accuracy = document["change"], document["accuracy"]
+        print(
+            f"wrote {outcome.model} ({document['chosen']}): "
+            f"size -{change['size_reduction_pct']:.1f} %, "
+            f"p50 {change['p50_speedup']:.2f}x / p95 {change['p95_speedup']:.2f}x faster, "
+            f"{accuracy['metric']} loss {accuracy['loss']:.4g}"
+        )
+    for warning in document["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {outcome.files.markdown} (+ .json, .png)")
+    for failure in outcome.failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return EXIT_OK if outcome.passed else EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m servinglib.optimize.cli ...``: the same commands without ``servinglib``."""
+    parser = argparse.ArgumentParser(prog="servinglib")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args(["optimize", *(argv if argv is not None else sys.argv[1:])]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

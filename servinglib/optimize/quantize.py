@@ -1,0 +1,262 @@
+"""INT8 quantization of an ONNX graph: dynamic, dynamic per token, or static with calibration.
+
+* ``dynamic``: weights int8 ahead of time; activation scales computed at run time, one per
+  tensor (ONNX Runtime's ``quantize_dynamic``). No data needed. Results of a request depend
+  on the batch it runs in.
+* ``dynamic-per-token``: like ``dynamic`` but one activation scale per row, so results do not
+  depend on the batch (see :mod:`servinglib.optimize._per_token`); MatMul/Gemm only.
+* ``static``: weights and activations int8 with scales fixed by calibration on sample
+  inputs (QDQ format, ``quantize_static``). Batch-invariant; needs representative data.
+
+``per_channel`` gives each output channel of a weight its own scale; ``reduce_range`` uses
+7-bit weights, for CPUs without VNNI whose u8xs8 instructions can saturate.
+
+Example::
+
+    options = QuantizeOptions(method="static", per_channel=True)
+    quantize(Path("model.onnx"), Path("model.int8.onnx"), options, calibration=samples)
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from servinglib.optimize._deps import require
+from servinglib.optimize._per_token import rewrite_per_token
+from servinglib.optimize.errors import OptimizeError
+from servinglib.optimize.samples import Feed, SampleSet
+
+__all__ = [
+    "CALIBRATION_METHODS",
+    "METHODS",
+    "QuantizeOptions",
+    "QuantizeResult",
+    "quantize",
+    "sample_reader",
+]
+
+METHODS = ("dynamic", "dynamic-per-token", "static")
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """How to quantize.
+
+    Attributes:
+        method: ``dynamic``, ``dynamic-per-token`` or ``static``.
+        per_channel: one weight scale per output channel instead of one per tensor.
+        reduce_range: 7-bit weights (CPUs without VNNI).
+        exclude_op_types: operator types left in float, e.g. ``("Gemm",)``.
+        exclude_nodes: node names left in float (sensitive nodes).
+        calibration_method: ``minmax``, ``entropy`` or ``percentile`` (static only).
+    """
+
+    method: str = "dynamic"
+    per_channel: bool = False
+    reduce_range: bool = False
+    exclude_op_types: tuple[str, ...] = ()
+    exclude_nodes: tuple[str, ...] = ()
+    calibration_method: str = "minmax"
+
+    def describe(self) -> str:
+        """A short human label, e.g. ``static per-channel, 2 nodes excluded``."""
+        parts = [self.method]
+        if self.per_channel:
+            parts.append("per-channel")
+        if self.reduce_range:
+            parts.append("reduce-range")
+        label = " ".join(parts)
+        if self.exclude_op_types:
+            label += f", {'/'.join(self.exclude_op_types)} excluded"
+        if self.exclude_nodes:
+            label += f", {len(self.exclude_nodes)} node(s) excluded"
+        return label
+
+    def excluding(self, nodes: Sequence[str]) -> QuantizeOptions:
+        """The same options with ``nodes`` also left in float."""
+        return replace(self, exclude_nodes=tuple(dict.fromkeys((*self.exclude_nodes, *nodes))))
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    """The quantized file and what was done."""
+
+    path: Path
+    options: QuantizeOptions
+    calibration_samples: int
+
+
+def sample_reader(feeds: Sequence[Feed]) -> Any:
+    """An ONNX Runtime ``CalibrationDataReader`` over ``feeds`` (one sample each)."""
+    quantization = require("onnxruntime.quantization", "static quantization")
+
+    class SampleReader(quantization.CalibrationDataReader):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            self._feeds: Iterator[Feed] = iter(feeds)
+
+        def get_next(self) -> Feed | None:
+            return next(self._feeds, None)
+
+    return SampleReader()
+
+
+class _QuietAdvisories(logging.Filter):
+    """Drops the quantizer's advisories that do not apply here (it logs them on the root logger).
+
+    * "Please consider (to run) pre-processing": the graph step of ``optimize run`` does the
+      optimization part; symbolic shape inference fails on many exported transformers.
+    * "Axis 1 is out-of-range for weight ... with rank 1": per-channel quantization of a
+      1-D weight (LayerNorm) falls back to one scale, which is right for it.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            message.startswith("Please consider")
+            or (message.startswith("Axis ") and "with rank 1" in message)
+        )
+
+
+@contextmanager
+def _quiet_advisories() -> Iterator[None]:
+    root = logging.getLogger()
+    quiet = _QuietAdvisories()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+
+
+def quantize(
+    source: Path,
+    destination: Path,
+    options: QuantizeOptions,
+    *,
+    calibration: SampleSet | None = None,
+) -> QuantizeResult:
+    """Quantize the graph at ``source`` to INT8 and save it to ``destination``.
+
+    Raises:
+        OptimizeError: unknown method, static without calibration samples, or a failure of
+            the quantizer (named with the model and options).
+    """
+    if options.method not in METHODS:
+        raise OptimizeError(f"quantization method {options.method!r} is not one of {METHODS}")
+    if options.calibration_method not in CALIBRATION_METHODS:
+        raise OptimizeError(
+            f"calibration method {options.calibration_method!r} is not one of {CALIBRATION_METHODS}"
+        )
+    if source.resolve() == destination.resolve():
+        raise OptimizeError(f"{destination} is the source model; save to a new file")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if options.method == "static" and (calibration is None or not len(calibration)):
+        raise OptimizeError(
+            "static quantization needs calibration samples; pass --calibration FILE "
+            "(.npz, .jsonl or test_data.json) with representative inputs"
+        )
+    quantization = require("onnxruntime.quantization", "quantization")
+    try:
+        with _quiet_advisories():
+            if options.method == "dynamic":
+                _dynamic(quantization, source, destination, options)
+            elif options.method == "dynamic-per-token":
+                _per_token(quantization, source, destination, options)
+            else:
+                assert calibration is not None
+                _static(quantization, source, destination, options, calibration)
+    except OptimizeError:
+        raise
+    except Exception as e:
+        raise OptimizeError(
+            f"quantizing {source} ({options.describe()}) failed: {type(e).__name__}: {e}"
+        ) from e
+    samples = len(calibration) if options.method == "static" and calibration is not None else 0
+    return QuantizeResult(destination, options, samples)
+
+
+def _op_types(registry: Any, options: QuantizeOptions) -> list[str]:
+    return sorted(set(registry) - set(options.exclude_op_types))
+
+
+def _dynamic(quantization: Any, source: Path, destination: Path, options: QuantizeOptions) -> None:
+    registry = require("onnxruntime.quantization.registry", "dynamic quantization")
+    quantization.quantize_dynamic(
+        str(source),
+        str(destination),
+        op_types_to_quantize=_op_types(registry.IntegerOpsRegistry, options),
+        per_channel=options.per_channel,
+        reduce_range=options.reduce_range,
+        weight_type=quantization.QuantType.QInt8,
+        nodes_to_exclude=list(options.exclude_nodes),
+    )
+
+
+def _per_token(
+    quantization: Any, source: Path, destination: Path, options: QuantizeOptions
+) -> None:
+    onnx = require("onnx", "per-token quantization")
+    with tempfile.TemporaryDirectory(prefix="servinglib-per-token-") as tmp:
+        start = source
+        if "Gather" not in options.exclude_op_types:
+            # Embedding tables (Gather of a constant) are weight-only: quantize them the usual
+            # way; nothing about them depends on the batch.
+            start = Path(tmp) / "gather.onnx"
+            quantization.quantize_dynamic(
+                str(source),
+                str(start),
+                op_types_to_quantize=["Gather"],
+                per_channel=False,
+                weight_type=quantization.QuantType.QInt8,
+                nodes_to_exclude=list(options.exclude_nodes),
+            )
+        model = onnx.load(str(start))
+    model, rewritten = rewrite_per_token(
+        model,
+        per_channel=options.per_channel,
+        reduce_range=options.reduce_range,
+        exclude_nodes=options.exclude_nodes,
+        exclude_op_types=options.exclude_op_types,
+    )
+    if not rewritten:
+        raise OptimizeError(
+            f"{source} has no MatMul/Gemm with a constant float weight left to quantize per "
+            "token; use --method dynamic or static"
+        )
+    onnx.checker.check_model(model)
+    onnx.save(model, str(destination))
+
+
+def _static(
+    quantization: Any,
+    source: Path,
+    destination: Path,
+    options: QuantizeOptions,
+    calibration: SampleSet,
+) -> None:
+    registry = require("onnxruntime.quantization.registry", "static quantization")
+    methods = {
+        "minmax": quantization.CalibrationMethod.MinMax,
+        "entropy": quantization.CalibrationMethod.Entropy,
+        "percentile": quantization.CalibrationMethod.Percentile,
+    }
+    quantization.quantize_static(
+        str(source),
+        str(destination),
+        sample_reader(calibration.feeds),
+        quant_format=quantization.QuantFormat.QDQ,
+        op_types_to_quantize=_op_types(registry.QDQRegistry, options),
+        per_channel=options.per_channel,
+        reduce_range=options.reduce_range,
+        activation_type=quantization.QuantType.QUInt8,
+        weight_type=quantization.QuantType.QInt8,
+        nodes_to_exclude=list(options.exclude_nodes),
+        calibrate_method=methods[options.calibration_method],
+    )

@@ -1,0 +1,273 @@
+"""Accuracy-aware search: try quantization candidates, keep the fastest within the loss budget.
+
+Candidates, in order:
+
+1. ``dynamic`` (per-tensor weights), 2. ``dynamic per-channel``,
+3. ``dynamic-per-token per-channel`` (when the graph has MatMul/Gemm),
+4. ``static`` and 5. ``static per-channel`` (when calibration samples are given).
+
+Each is quantized, scored on the validation samples (each sample run alone, as a lone
+request is served) and checked for batch invariance. A candidate is *accepted* when its loss
+is within ``max_loss``, its size within ``max_size_mb`` and, if ``require_invariance``, it is
+batch-invariant. When none is accepted, the least lossy candidate is retried with its most
+sensitive nodes left in float (1, 2, 4, 8, ... nodes, see :mod:`servinglib.optimize.sensitivity`)
+until one is accepted. Excluding nodes only costs speed and size, so this runs only when no
+fully quantized candidate holds the budget. Among accepted candidates the fastest median
+single-request latency wins; when none is accepted the result says why for each.
+
+Example::
+
+    result = search_candidates(model, work_dir, validation, calibration, settings)
+    if result.chosen is None:
+        print(result.explain())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from servinglib.optimize._per_token import PER_TOKEN_OP_TYPES
+from servinglib.optimize._progress import Progress
+from servinglib.optimize._session import Session, open_session
+from servinglib.optimize.accuracy import MetricResult, evaluate
+from servinglib.optimize.errors import OptimizeError
+from servinglib.optimize.graph import count_ops
+from servinglib.optimize.invariance import (
+    DEFAULT_TOLERANCE,
+    InvarianceResult,
+    check_batch_invariance,
+)
+from servinglib.optimize.measure import (
+    LatencyStats,
+    MeasureSettings,
+    measure_latency,
+    model_size_mb,
+)
+from servinglib.optimize.quantize import QuantizeOptions, quantize
+from servinglib.optimize.samples import SampleSet, representative_feed
+from servinglib.optimize.sensitivity import rank_sensitive_nodes
+
+__all__ = [
+    "CandidateResult",
+    "SearchResult",
+    "SearchSettings",
+    "auto_candidates",
+    "search_candidates",
+]
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What the search optimizes for.
+
+    Attributes:
+        metric: one of :data:`servinglib.optimize.accuracy.METRICS`.
+        max_loss: largest allowed loss (None: any loss is accepted).
+        max_size_mb: largest allowed file size (None: any size).
+        require_invariance: reject candidates that are not batch-invariant.
+        invariance_tolerance: relative deviation still called invariant.
+        invariance_batch_size: size of the mixed batches of the invariance check.
+        max_excluded: most sensitive nodes that may be left in float.
+        output: the graph output judged (None: the first).
+        measure: latency settings used to rank accepted candidates.
+    """
+
+    metric: str = "cosine"
+    max_loss: float | None = 0.01
+    max_size_mb: float | None = None
+    require_invariance: bool = False
+    invariance_tolerance: float = DEFAULT_TOLERANCE
+    invariance_batch_size: int = 8
+    max_excluded: int = 8
+    output: str | None = None
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+
+
+@dataclass
+class CandidateResult:
+    """One candidate: its options, size, score, invariance, latency and verdict."""
+
+    name: str
+    options: QuantizeOptions
+    path: Path | None = None
+    size_mb: float | None = None
+    metric: MetricResult | None = None
+    invariance: InvarianceResult | None = None
+    latency: LatencyStats | None = None
+    accepted: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SearchResult:
+    """Every candidate tried, the chosen one (None when none fits) and the FP32 reference."""
+
+    candidates: list[CandidateResult]
+    chosen: CandidateResult | None
+    reference_outputs: list[np.ndarray]
+
+    def explain(self) -> str:
+        """One line per candidate: name, loss and why it was rejected or accepted."""
+        lines = []
+        for c in self.candidates:
+            loss = f"loss {c.metric.loss:.4g}" if c.metric else "not scored"
+            size = f", {c.size_mb:.2f} MB" if c.size_mb is not None else ""
+            verdict = "accepted" if c.accepted else "rejected: " + "; ".join(c.reasons)
+            lines.append(f"  {c.name}: {loss}{size} — {verdict}")
+        return "\n".join(lines)
+
+
+def auto_candidates(model: Path, has_calibration: bool) -> list[QuantizeOptions]:
+    """The base candidates that apply to the graph at ``model``."""
+    ops = count_ops(model)
+    candidates = [
+        QuantizeOptions(method="dynamic"),
+        QuantizeOptions(method="dynamic", per_channel=True),
+    ]
+    if any(ops[op] for op in PER_TOKEN_OP_TYPES):
+        candidates.append(QuantizeOptions(method="dynamic-per-token", per_channel=True))
+    if has_calibration:
+        candidates += [
+            QuantizeOptions(method="static"),
+            QuantizeOptions(method="static", per_channel=True),
+        ]
+    return candidates
+
+
+class _Searcher:
+    def __init__(
+        self,
+        source: Path,
+        work_dir: Path,
+        validation: SampleSet,
+        calibration: SampleSet | None,
+        settings: SearchSettings,
+        progress: Progress,
+    ) -> None:
+        self.source = source
+        self.work_dir = work_dir
+        self.validation = validation
+        self.calibration = calibration
+        self.settings = settings
+        self.progress = progress
+        reference = self._open(source)
+        self.reference = reference.run_each(validation.feeds)
+
+    def _open(self, path: Path) -> Session:
+        return open_session(
+            path, threads=self.settings.measure.threads, output=self.settings.output
+        )
+
+    def try_candidate(self, options: QuantizeOptions, index: int) -> CandidateResult:
+        result = CandidateResult(options.describe(), options)
+        path = self.work_dir / f"candidate-{index}.onnx"
+        try:
+            quantize(self.source, path, options, calibration=self.calibration)
+            session = self._open(path)
+        except OptimizeError as e:
+            result.reasons.append(f"could not be built: {e}")
+            self.progress.step(f"{result.name}: failed")
+            return result
+        result.path = path
+        result.size_mb = model_size_mb(path)
+        outputs = session.run_each(self.validation.feeds)
+        result.metric = evaluate(
+            self.settings.metric,
+            reference=self.reference,
+            candidate=outputs,
+            labels=self.validation.labels,
+        )
+        result.invariance = check_batch_invariance(
+            session.run_each,
+            session.run_batch,
+            self.validation.feeds,
+            batch_size=self.settings.invariance_batch_size,
+            tolerance=self.settings.invariance_tolerance,
+            alone=outputs,
+        )
+        s = self.settings
+        if s.max_loss is not None and result.metric.loss > s.max_loss:
+            result.reasons.append(f"loss {result.metric.loss:.4g} > max {s.max_loss:g}")
+        if s.max_size_mb is not None and result.size_mb > s.max_size_mb:
+            result.reasons.append(f"size {result.size_mb:.2f} MB > max {s.max_size_mb:g} MB")
+        if s.require_invariance and not result.invariance.invariant:
+            result.reasons.append(
+                f"not batch-invariant (worst deviation {result.invariance.worst_relative:.3g} "
+                f"> {result.invariance.tolerance:g})"
+            )
+        result.accepted = not result.reasons
+        self.progress.step(f"{result.name}: loss {result.metric.loss:.4g}")
+        return result
+
+    def exclusions(self, tried: list[CandidateResult]) -> list[CandidateResult]:
+        """Retry the least lossy fixable candidate with its most sensitive nodes in float."""
+        fixable = [
+            c
+            for c in tried
+            if c.metric is not None
+            and not any(r.startswith(("size", "not batch", "could not")) for r in c.reasons)
+        ]
+        if not fixable:
+            return []
+        base = min(fixable, key=lambda c: c.metric.loss if c.metric else np.inf)
+        ranked = rank_sensitive_nodes(self.source, self.validation.feeds, base.options)
+        counts = [
+            k for k in (1, 2, 4, 8, 16, 32) if k <= min(self.settings.max_excluded, len(ranked))
+        ]
+        self.progress.grow(len(counts))
+        results: list[CandidateResult] = []
+        for k in counts:
+            options = base.options.excluding([node.name for node in ranked[:k]])
+            result = self.try_candidate(options, len(tried) + len(results))
+            results.append(result)
+            if result.accepted:
+                break
+        return results
+
+    def rank_by_latency(self, accepted: list[CandidateResult]) -> CandidateResult:
+        feed = representative_feed(self.validation.feeds)
+        sessions = {str(i): self._open(c.path) for i, c in enumerate(accepted) if c.path}
+        stats = measure_latency(sessions, feed, self.settings.measure)
+        for i, candidate in enumerate(accepted):
+            candidate.latency = stats[str(i)]
+        self.progress.step("latency of accepted candidates")
+        return min(accepted, key=lambda c: c.latency.p50_ms if c.latency else np.inf)
+
+
+def search_candidates(
+    source: Path,
+    work_dir: Path,
+    validation: SampleSet,
+    calibration: SampleSet | None,
+    settings: SearchSettings,
+    *,
+    candidates: Sequence[QuantizeOptions] | None = None,
+    progress: Progress | None = None,
+) -> SearchResult:
+    """Quantize ``source`` with each candidate and choose the fastest accepted one.
+
+    ``candidates`` defaults to :func:`auto_candidates`; pass one to check a fixed method
+    against the same budgets. Files are written to ``work_dir``.
+    """
+    progress = progress or Progress(0, enabled=False)
+    base = (
+        list(candidates)
+        if candidates is not None
+        else auto_candidates(source, calibration is not None)
+    )
+    progress.grow(len(base) + 1)
+    searcher = _Searcher(source, work_dir, validation, calibration, settings, progress)
+    tried = [searcher.try_candidate(options, i) for i, options in enumerate(base)]
+    if candidates is None and not any(c.accepted for c in tried):
+        tried += searcher.exclusions(tried)
+    accepted = [c for c in tried if c.accepted]
+    if len(accepted) > 1:
+        chosen: CandidateResult | None = searcher.rank_by_latency(accepted)
+    else:
+        chosen = accepted[0] if accepted else None
+        progress.step("chosen" if chosen else "no candidate fits")
+    return SearchResult(tried, chosen, searcher.reference)

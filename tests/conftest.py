@@ -77,7 +77,7 @@ def wait_ready(
         try:
             if requests.get(f"{url}/readyz", timeout=2).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or still loading models
             pass
         time.sleep(0.2)
     pytest.fail(f"server not ready after {timeout_s}s:\n{log_path.read_text()}")

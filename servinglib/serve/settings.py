@@ -30,6 +30,7 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "keepalive": server.keepalive_s,
         "limit_request_field_size": server.max_header_bytes,
         "limit_request_fields": server.max_headers,
+        "control_socket_disable": True,  # the admin API is servinglib's: loopback + token
         "preload_app": False,  # models load in each worker after fork, never in the master
         "loglevel": server.log_level,
         "accesslog": None,  # servinglib writes its own JSON request log

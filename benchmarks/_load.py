@@ -1,0 +1,146 @@
+"""Drive a server with `hey` (Debian's HTTP load generator) and summarise its CSV output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LoadResult", "Server", "free_port", "run_hey"]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Throughput and latency percentiles of one load run."""
+
+    label: str
+    concurrency: int
+    requests: int
+    rps: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    statuses: dict[int, int]
+
+    def row(self) -> str:
+        codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.statuses.items()))
+        return (
+            f"| {self.label} | {self.concurrency} | {self.rps:,.0f} | {self.p50_ms:.2f} | "
+            f"{self.p95_ms:.2f} | {self.p99_ms:.2f} | {codes} |"
+        )
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+def run_hey(
+    label: str,
+    url: str,
+    body: Any,
+    concurrency: int,
+    seconds: float,
+    rate_per_worker: float | None = None,
+) -> LoadResult:
+    """POST ``body`` as JSON to ``url`` from ``concurrency`` connections for ``seconds``."""
+    hey = shutil.which("hey")
+    if hey is None:
+        raise SystemExit("the benchmark needs `hey`: apt-get install hey")
+    command = [
+        hey,
+        "-z",
+        f"{seconds}s",
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-d",
+        json.dumps(body),
+        "-o",
+        "csv",
+    ]
+    if rate_per_worker:
+        command += ["-q", str(rate_per_worker)]
+    output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
+    latencies, statuses = [], {}
+    for row in csv.DictReader(io.StringIO(output)):
+        latencies.append(float(row["response-time"]) * 1000)
+        code = int(row["status-code"])
+        statuses[code] = statuses.get(code, 0) + 1
+    latencies.sort()
+    return LoadResult(
+        label,
+        concurrency,
+        len(latencies),
+        len(latencies) / seconds,
+        _percentile(latencies, 0.50),
+        _percentile(latencies, 0.95),
+        _percentile(latencies, 0.99),
+        statuses,
+    )
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A server process started for a benchmark, waited for, and stopped."""
+
+    def __init__(
+        self, command: list[str], port: int, ready_path: str, cwd: Path, env: dict[str, str]
+    ) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self._log = (cwd / f"server-{port}.log").open("wb")
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=env
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            if self.process.poll() is not None:
+                raise SystemExit(f"{command[0]} exited early; see {self._log.name}")
+            try:
+                with urllib.request.urlopen(self.url + ready_path, timeout=2) as response:
+                    if response.status < 500:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{command} not ready after 120 s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+
+def median_of(results: list[LoadResult]) -> LoadResult:
+    """The run with the median throughput of several repeats."""
+    ordered = sorted(results, key=lambda r: r.rps)
+    return ordered[len(ordered) // 2]
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values)

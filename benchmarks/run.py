@@ -1,0 +1,289 @@
+"""Serving benchmarks, side by side in one run; results go to docs/benchmarks.md.
+
+    python benchmarks/run.py                 # every scenario (about 8 minutes on 2 cores)
+    python benchmarks/run.py --only trivial --seconds 5
+
+Scenarios (the load generator is Debian's `hey`, on the same machine):
+* trivial: serving overhead on a sum-of-16-floats model at concurrency 8: servinglib (metrics
+  and JSON request log on) vs the naive Flask + gunicorn app vs the seed's FastAPI + uvicorn +
+  ThreadPoolExecutor design;
+* shadow: latency cost of shadowing every request to a version 10x slower than the primary;
+* overload: a fixed-cost model at 1x and 2x its saturation throughput, bounded queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _load import LoadResult, Server, free_port, median_of, run_hey
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- serving-benchmarks:start -->", "<!-- serving-benchmarks:end -->"
+TRIVIAL_BODY = {"model_id": "summer16", "features": {"values": [0.5] * 16}}
+BIN = Path(sys.executable).parent
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVINGLIB_")}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+def start_servinglib(config: Path, workdir: Path, workers: int = 2, threads: int = 8) -> Server:
+    port = free_port()
+    command = [
+        str(BIN / "servinglib"),
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+    ]
+    return Server(command, port, "/readyz", workdir, _env())
+
+
+def scenario_trivial(seconds: float, repeats: int, workdir: Path) -> list[LoadResult]:
+    servers = {
+        "servinglib (gunicorn gthread 2x8, metrics + JSON log)": lambda: start_servinglib(
+            ROOT / "benchmarks/services/trivial/servinglib.yaml", workdir
+        ),
+        "naive Flask + gunicorn (gthread 2x8)": lambda: _gunicorn_peer(workdir),
+        "seed design: FastAPI + uvicorn (2 workers) + ThreadPoolExecutor(8)": lambda: _uvicorn_peer(
+            workdir
+        ),
+    }
+    results = []
+    for label, start in servers.items():
+        server = start()
+        try:
+            run_hey(label, f"{server.url}/infer", TRIVIAL_BODY, 8, 2)  # warm-up, discarded
+            runs = [
+                run_hey(label, f"{server.url}/infer", TRIVIAL_BODY, 8, seconds)
+                for _ in range(repeats)
+            ]
+            results.append(median_of(runs))
+        finally:
+            server.stop()
+    return results
+
+
+def _gunicorn_peer(workdir: Path) -> Server:
+    port = free_port()
+    command = [
+        str(BIN / "gunicorn"),
+        "-w",
+        "2",
+        "-k",
+        "gthread",
+        "--threads",
+        "8",
+        "-b",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+        "benchmarks.peers.naive_flask:app",
+    ]
+    return Server(command, port, "/", workdir, _env())
+
+
+def _uvicorn_peer(workdir: Path) -> Server:
+    port = free_port()
+    command = [
+        str(BIN / "uvicorn"),
+        "--workers",
+        "2",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "benchmarks.peers.seed_fastapi:app",
+    ]
+    return Server(command, port, "/", workdir, _env())
+
+
+def _shadow_service(workdir: Path, shadow: bool) -> Path:
+    service = workdir / ("shadowed" if shadow else "plain")
+    shutil.copytree(ROOT / "tests/fixtures/shadowing/models", service / "models")
+    shadow_yaml = "    shadow:\n      - {version: '3', sample_rate: 1.0}\n" if shadow else ""
+    (service / "servinglib.yaml").write_text(
+        "service: bench-shadow\nserver: {workers: 2, threads: 8}\n"
+        "shadow_executor: {max_concurrency: 4, max_queue: 64}\n"
+        "models:\n  - name: scorer\n    class: models/scorer/model.py:BehavingScorer\n"
+        f"    repository: models/scorer\n    default_version: '1'\n{shadow_yaml}"
+    )
+    return service / "servinglib.yaml"
+
+
+def scenario_shadow(seconds: float, workdir: Path) -> list[LoadResult]:
+    body = {"model_id": "scorer", "features": {"x": 1.0}}
+    results = []
+    for shadow in (False, True):
+        server = start_servinglib(_shadow_service(workdir, shadow), workdir)
+        try:
+            label = "shadow 100% to a 10x slower version" if shadow else "no shadow"
+            run_hey(label, f"{server.url}/infer", body, 4, 2, rate_per_worker=25)
+            results.append(
+                run_hey(label, f"{server.url}/infer", body, 4, seconds, rate_per_worker=25)
+            )
+        finally:
+            server.stop()
+    return results
+
+
+def scenario_overload(seconds: float, workdir: Path) -> list[LoadResult]:
+    service = workdir / "overload"
+    shutil.copytree(ROOT / "tests/fixtures/batching/models", service / "models")
+    (service / "servinglib.yaml").write_text(
+        "service: bench-overload\nmodels:\n  - name: summer\n    class: models/summer/model.py:BatchSummer\n"
+        "    repository: models/summer\n    default_version: '1'\n"
+        "    batching: {max_batch_size: 1, max_queue_delay_us: 0, max_queue_size: 8}\n"
+    )
+    body = {"model_id": "summer", "features": {"values": [1, 2, 3]}}
+    server = start_servinglib(service / "servinglib.yaml", workdir, threads=16)
+    try:
+        run_hey("warm-up", f"{server.url}/infer", body, 8, 2)
+        # 5 ms per request, one at a time per worker, 2 workers: about 400 requests/s.
+        one = run_hey(
+            "1x saturation (~400 req/s offered)",
+            f"{server.url}/infer",
+            body,
+            8,
+            seconds,
+            rate_per_worker=50,
+        )
+        two = run_hey(
+            "2x saturation (~800 req/s offered)",
+            f"{server.url}/infer",
+            body,
+            16,
+            seconds,
+            rate_per_worker=50,
+        )
+    finally:
+        server.stop()
+    return [one, two]
+
+
+HEADER = "| setup | concurrency | requests/s | p50 ms | p95 ms | p99 ms | statuses |\n|---|---|---|---|---|---|---|"
+
+
+def render(sections: dict[str, list[LoadResult]], command: str) -> str:
+    cpu = subprocess.run(
+        ["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    lines = [
+        START,
+        "## Serving",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {os.cpu_count()} cores, {cpu or platform.processor()}; Python {platform.python_version()}; "
+        f"servinglib {version('servinglib')}, gunicorn {version('gunicorn')}, Flask {version('flask')}, "
+        f"FastAPI {_version('fastapi')}, uvicorn {_version('uvicorn')}; load generator `hey` on the same machine.",
+        "",
+    ]
+    trivial = sections.get("trivial")
+    if trivial:
+        ours, flask, seed = trivial
+        lines += [
+            "### Serving overhead (sum of 16 floats, concurrency 8)",
+            "",
+            HEADER,
+            *[r.row() for r in trivial],
+            "",
+            f"servinglib / naive Flask = **{ours.rps / flask.rps:.2f}x** requests/s; "
+            f"servinglib / seed FastAPI design = **{ours.rps / seed.rps:.2f}x**.",
+            "",
+        ]
+    shadow = sections.get("shadow")
+    if shadow:
+        plain, shadowed = shadow
+        lines += [
+            "### Cost of shadowing (100% of requests to a version 10x slower, 100 req/s offered)",
+            "",
+            HEADER,
+            *[r.row() for r in shadow],
+            "",
+            f"Added latency: p50 **{shadowed.p50_ms - plain.p50_ms:+.2f} ms** (target <= 1 ms), "
+            f"p99 **{100 * (shadowed.p99_ms / plain.p99_ms - 1):+.1f}%** (target <= 5%).",
+            "",
+        ]
+    overload = sections.get("overload")
+    if overload:
+        one, two = overload
+        bad = {k: v for k, v in two.statuses.items() if k >= 500 and k != 503}
+        lines += [
+            "### Overload (5 ms per request, max_queue_size 8, deadline 10 s)",
+            "",
+            HEADER,
+            *[r.row() for r in overload],
+            "",
+            f"At 2x: {two.statuses.get(503, 0)} requests shed with 503, {sum(bad.values())} other 5xx; "
+            f"p99 of all answers {two.p99_ms:.1f} ms vs {one.p99_ms:.1f} ms at 1x "
+            f"(**{two.p99_ms / one.p99_ms:.2f}x**, target <= 1.5x).",
+            "",
+        ]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except Exception:
+        return "not installed"
+
+
+def write_docs(block: str) -> None:
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\n"
+    if START in text:
+        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    DOCS.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=["trivial", "shadow", "overload"], action="append")
+    parser.add_argument("--seconds", type=float, default=15.0, help="length of each measured run")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repeats of the trivial runs (median kept)"
+    )
+    args = parser.parse_args()
+    chosen = args.only or ["trivial", "shadow", "overload"]
+    sections: dict[str, list[LoadResult]] = {}
+    with tempfile.TemporaryDirectory(prefix="servinglib-bench-") as tmp:
+        workdir = Path(tmp)
+        if "trivial" in chosen:
+            sections["trivial"] = scenario_trivial(args.seconds, args.repeats, workdir)
+        if "shadow" in chosen:
+            sections["shadow"] = scenario_shadow(args.seconds, workdir)
+        if "overload" in chosen:
+            sections["overload"] = scenario_overload(args.seconds, workdir)
+    command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
+    block = render(sections, command.strip())
+    write_docs(block)
+    print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -68,6 +68,11 @@ def load_module(reference: str, *, weights: Path | None = None, root: Path | Non
         except Exception as e:
             raise OptimizeError(f"cannot load TorchScript file {candidate}: {e}") from e
         return module.eval()
+    module_ref, _, name = reference.partition(":")
+    if module_ref.endswith(".py"):
+        # A file names itself: import it from its own directory, wherever that is.
+        file = Path(module_ref) if Path(module_ref).is_absolute() else root / module_ref
+        root, reference = file.parent.resolve(), f"{file.name}:{name}"
     try:
         factory = import_object(reference, root)
     except ModelLoadError as e:

@@ -252,8 +252,9 @@ class _Run:
                 self.calib,
                 SearchSettings(
                     metric=settings.metric,
-                    max_loss=self.max_loss,
-                    max_size_mb=settings.budgets.max_size_mb,
+                    # a fixed method is always built; its budgets are checked afterwards
+                    max_loss=self.max_loss if self.fixed is None else None,
+                    max_size_mb=settings.budgets.max_size_mb if self.fixed is None else None,
                     require_invariance=settings.require_invariance,
                     invariance_tolerance=settings.invariance_tolerance,
                     invariance_batch_size=settings.invariance_batch_size,

@@ -45,11 +45,12 @@ LABEL_KEYS = ("labels", "label")
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One graph input: name, NumPy dtype and rank (batch axis included)."""
+    """One graph input: name, NumPy dtype, rank and shape (-1: any size; batch axis first)."""
 
     name: str
     dtype: np.dtype[Any]
     rank: int
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ def input_specs(model_path: Path) -> tuple[InputSpec, ...]:
             continue
         tensor = value.type.tensor_type
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-        specs.append(InputSpec(value.name, dtype, len(tensor.shape.dim)))
+        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
+        specs.append(InputSpec(value.name, dtype, len(shape), shape))
     return tuple(specs)
 
 
@@ -193,10 +195,14 @@ def _as_input(value: Any, spec: InputSpec, path: Path, where: str) -> np.ndarray
         ) from e
     if array.ndim == spec.rank - 1:
         array = array[np.newaxis]
-    if array.ndim != spec.rank or array.shape[0] != 1:
+    fits = all(
+        want in (-1, got) for want, got in zip(spec.shape[1:], array.shape[1:], strict=False)
+    )
+    if array.ndim != spec.rank or array.shape[0] != 1 or not fits:
+        expected = ["1", *("any" if d < 0 else str(d) for d in spec.shape[1:])]
         raise OptimizeError(
-            f"{path}{where}: input {spec.name!r} has shape {list(array.shape)}; one sample of a "
-            f"rank-{spec.rank} input has shape [1, ...] or drops the batch axis"
+            f"{path}{where}: input {spec.name!r} has shape {list(array.shape)}; one sample has "
+            f"shape [{', '.join(expected)}] (or the same without the batch axis)"
         )
     return array
 

@@ -215,9 +215,9 @@ class _Searcher:
             return []
         base = min(fixable, key=lambda c: c.metric.loss if c.metric else np.inf)
         ranked = rank_sensitive_nodes(self.source, self.validation.feeds, base.options)
-        counts = [
-            k for k in (1, 2, 4, 8, 16, 32) if k <= min(self.settings.max_excluded, len(ranked))
-        ]
+        # at least one node stays quantized, or the "INT8" candidate would be the FP32 model
+        limit = min(self.settings.max_excluded, len(ranked) - 1)
+        counts = [k for k in (1, 2, 4, 8, 16, 32) if k <= limit]
         self.progress.grow(len(counts))
         results: list[CandidateResult] = []
         for k in counts:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         model_size_mb,
     )
     from servinglib.optimize.pipeline import OptimizeOutcome, OptimizeSettings, optimize_model
-    from servinglib.optimize.quantize import QuantizeOptions, QuantizeResult, quantize
+    from servinglib.optimize.quantize import QuantizeOptions, QuantizeResult, quantize_model
     from servinglib.optimize.report import REPORT_FIELDS, OptimizeReport, write_report
     from servinglib.optimize.samples import SampleSet, input_specs, load_samples
     from servinglib.optimize.search import SearchResult, SearchSettings, search_candidates
@@ -84,7 +84,7 @@ __all__ = [
     "model_size_mb",
     "optimize_graph",
     "optimize_model",
-    "quantize",
+    "quantize_model",
     "rank_sensitive_nodes",
     "search_candidates",
     "write_report",
@@ -130,7 +130,7 @@ _EXPORTS = {
     "model_size_mb": "measure",
     "optimize_graph": "graph",
     "optimize_model": "pipeline",
-    "quantize": "quantize",
+    "quantize_model": "quantize",
     "rank_sensitive_nodes": "sensitivity",
     "search_candidates": "search",
     "write_report": "report",

@@ -271,14 +271,14 @@ def _graph(args: argparse.Namespace) -> int:
 
 def _quantize(args: argparse.Namespace) -> int:
     from servinglib.optimize.measure import model_size_mb
-    from servinglib.optimize.quantize import quantize
+    from servinglib.optimize.quantize import quantize_model
     from servinglib.optimize.samples import input_specs, load_samples
 
     options = _quantize_options(args)
     calibration = None
     if args.calibration is not None:
         calibration = load_samples(args.calibration, input_specs(args.source), args.max_samples)
-    result = quantize(args.source, args.out, options, calibration=calibration)
+    result = quantize_model(args.source, args.out, options, calibration=calibration)
     before, after = model_size_mb(args.source), model_size_mb(result.path)
     print(f"wrote {result.path} ({options.describe()}): {before:.2f} MB → {after:.2f} MB")
     return EXIT_OK
@@ -337,7 +337,7 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"wrote {outcome.model} ({document['chosen']}): "
             f"size -{change['size_reduction_pct']:.1f} %, "
-            f"p50 {change['p50_speedup']:.2f}x / p95 {change['p95_speedup']:.2f}x faster, "
+            f"speed-up p50 {change['p50_speedup']:.2f}x, p95 {change['p95_speedup']:.2f}x, "
             f"{accuracy['metric']} loss {accuracy['loss']:.4g}"
         )
     for warning in document["warnings"]:

@@ -14,7 +14,7 @@
 Example::
 
     options = QuantizeOptions(method="static", per_channel=True)
-    quantize(Path("model.onnx"), Path("model.int8.onnx"), options, calibration=samples)
+    quantize_model(Path("model.onnx"), Path("model.int8.onnx"), options, calibration=samples)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ __all__ = [
     "METHODS",
     "QuantizeOptions",
     "QuantizeResult",
-    "quantize",
+    "quantize_model",
     "sample_reader",
 ]
 
@@ -135,7 +135,7 @@ def _quiet_advisories() -> Iterator[None]:
         root.removeFilter(quiet)
 
 
-def quantize(
+def quantize_model(
     source: Path,
     destination: Path,
     options: QuantizeOptions,

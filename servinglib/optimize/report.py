@@ -189,6 +189,13 @@ def _change(baseline: ModelFigures, optimized: ModelFigures | None) -> dict[str,
     }
 
 
+def _speed(ratio: float) -> str:
+    """``2.75x faster`` or ``1.14x slower`` for a ratio of FP32 to INT8 time."""
+    if ratio >= 1.0 or ratio <= 0.0:
+        return f"{ratio:.2f}x faster"
+    return f"{1.0 / ratio:.2f}x slower"
+
+
 def _yes_no(invariance: dict[str, Any] | None) -> str:
     if invariance is None:
         return "-"
@@ -245,13 +252,13 @@ def render_markdown(document: dict[str, Any]) -> str:
         "single request p50 (ms)",
         f"{base['latency_ms']['p50_ms']:.3f}",
         opt_value(".3f", "latency_ms", "p50_ms"),
-        f"{change['p50_speedup']:.2f}x faster" if change else "-",
+        _speed(change["p50_speedup"]) if change else "-",
     )
     row(
         "single request p95 (ms)",
         f"{base['latency_ms']['p95_ms']:.3f}",
         opt_value(".3f", "latency_ms", "p95_ms"),
-        f"{change['p95_speedup']:.2f}x faster" if change else "-",
+        _speed(change["p95_speedup"]) if change else "-",
     )
     row(
         f"throughput, batch {batch} (samples/s)",

@@ -47,7 +47,7 @@ from servinglib.optimize.measure import (
     measure_latency,
     model_size_mb,
 )
-from servinglib.optimize.quantize import QuantizeOptions, quantize
+from servinglib.optimize.quantize import QuantizeOptions, quantize_model
 from servinglib.optimize.samples import SampleSet, representative_feed
 from servinglib.optimize.sensitivity import rank_sensitive_nodes
 
@@ -166,7 +166,7 @@ class _Searcher:
         result = CandidateResult(options.describe(), options)
         path = self.work_dir / f"candidate-{index}.onnx"
         try:
-            quantize(self.source, path, options, calibration=self.calibration)
+            quantize_model(self.source, path, options, calibration=self.calibration)
             session = self._open(path)
         except OptimizeError as e:
             result.reasons.append(f"could not be built: {e}")

@@ -452,3 +452,21 @@ def test_progress_bar_runs(
     )
     assert code == 0
     assert "optimize:" in capsys.readouterr().err
+
+
+def test_public_names_resolve_lazily_to_the_api_not_to_submodules() -> None:
+    import subprocess
+    import sys
+    from types import ModuleType
+
+    import servinglib.optimize as optimize
+
+    for name in optimize.__all__:
+        assert not isinstance(getattr(optimize, name), ModuleType), name
+    # `servinglib --help` must not pay for numpy, onnx or torch through the optimize parser
+    code = (
+        "import sys, servinglib.cli as c; c._parser(); "
+        "print(sorted(m for m in ('numpy', 'onnx', 'onnxruntime', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -13,7 +13,7 @@ from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.graph import count_ops, optimize_graph
 from servinglib.optimize.invariance import check_batch_invariance
 from servinglib.optimize.measure import model_size_mb
-from servinglib.optimize.quantize import QuantizeOptions, quantize
+from servinglib.optimize.quantize import QuantizeOptions, quantize_model
 from servinglib.optimize.samples import input_specs, load_samples, stack_feeds
 from servinglib.optimize.sensitivity import rank_sensitive_nodes
 
@@ -179,7 +179,7 @@ def test_quantized_models_run_and_stay_within_tolerance(
 ) -> None:
     out = tmp_path / "int8.onnx"
     samples = load_samples(calibration, input_specs(mlp))
-    result = quantize(mlp, out, options, calibration=samples)
+    result = quantize_model(mlp, out, options, calibration=samples)
     assert result.path == out
     assert result.calibration_samples == (64 if options.method == "static" else 0)
     assert model_size_mb(out) < 0.5 * model_size_mb(mlp)
@@ -193,25 +193,25 @@ def test_quantized_models_run_and_stay_within_tolerance(
 
 def test_excluded_nodes_and_op_types_stay_float(mlp: Path, tmp_path: Path) -> None:
     out = tmp_path / "int8.onnx"
-    quantize(mlp, out, QuantizeOptions(method="dynamic-per-token", exclude_nodes=("layer2",)))
+    quantize_model(mlp, out, QuantizeOptions(method="dynamic-per-token", exclude_nodes=("layer2",)))
     ops = count_ops(out)
     assert ops["MatMul"] == 1  # layer2 untouched
     assert ops["MatMulInteger"] == 1
-    quantize(mlp, out, QuantizeOptions(method="dynamic", exclude_op_types=("MatMul",)))
+    quantize_model(mlp, out, QuantizeOptions(method="dynamic", exclude_op_types=("MatMul",)))
     assert count_ops(out)["MatMul"] == 2
     with pytest.raises(OptimizeError, match="no MatMul/Gemm"):
-        quantize(
+        quantize_model(
             mlp, out, QuantizeOptions(method="dynamic-per-token", exclude_op_types=("MatMul",))
         )
 
 
 def test_static_needs_calibration_and_methods_are_checked(mlp: Path, tmp_path: Path) -> None:
     with pytest.raises(OptimizeError, match="static quantization needs calibration samples"):
-        quantize(mlp, tmp_path / "q.onnx", QuantizeOptions(method="static"))
+        quantize_model(mlp, tmp_path / "q.onnx", QuantizeOptions(method="static"))
     with pytest.raises(OptimizeError, match="'float16' is not one of"):
-        quantize(mlp, tmp_path / "q.onnx", QuantizeOptions(method="float16"))
+        quantize_model(mlp, tmp_path / "q.onnx", QuantizeOptions(method="float16"))
     with pytest.raises(OptimizeError, match="save to a new file"):
-        quantize(mlp, mlp, QuantizeOptions())
+        quantize_model(mlp, mlp, QuantizeOptions())
 
 
 def test_sensitivity_ranks_the_quantizable_nodes(mlp: Path, calibration: Path) -> None:
@@ -244,7 +244,7 @@ def test_invariance_flags_dynamic_int8_with_an_outlier_row_and_not_static(
         path = mlp
         if options is not None:
             path = tmp_path / f"{name}.onnx"
-            quantize(mlp, path, options, calibration=samples)
+            quantize_model(mlp, path, options, calibration=samples)
         session = open_session(path)
         verdicts[name] = check_batch_invariance(
             session.run_each, session.run_batch, feeds, batch_size=6

@@ -10,6 +10,7 @@ import socket
 import statistics
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,9 @@ class Server:
                 with urllib.request.urlopen(self.url + ready_path, timeout=2) as response:
                     if response.status < 500:
                         break
+            except urllib.error.HTTPError as e:
+                if e.code < 500:  # answering: a 404 on a probe path is fine
+                    break
             except OSError:
                 pass
             if time.monotonic() > deadline:

@@ -243,6 +243,8 @@ class DynamicBatcher:
                 )
             elif item.future.set_running_or_notify_cancel():
                 live.append(item)
+            else:  # cancelled while queued: nothing to run, but keep the ordering moving
+                self._resolve(item, None, None)
         if live:
             self._run_isolating(live, run_batch)
 
@@ -291,7 +293,7 @@ class DynamicBatcher:
                 log.exception("batch of model %r failed outside the model", self._name[0])
                 for item in batch:
                     if not item.future.done():
-                        item.future.set_exception(ServinglibError("internal batching error"))
+                        self._resolve(item, None, ServinglibError("internal batching error"))
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Refuse new requests, run every queued one, stop the threads."""

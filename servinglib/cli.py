@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         help="variable holding the admin token (default: %(default)s)",
     )
     admin.add_argument(
-        "--wait", action="store_true", help="load: wait until every worker is READY or FAILED"
+        "--wait",
+        action="store_true",
+        help="wait until every worker applied the change (load: until it is READY or FAILED)",
     )
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
@@ -126,7 +128,6 @@ def _admin(args: argparse.Namespace) -> int:
 
     from servinglib.serve.admin_client import AdminClient
 
-    client = AdminClient.from_env(args.port, args.token_env)
     needs_version = args.action in ("load", "promote", "unload")
     if args.action != "status" and (args.model is None or (needs_version and args.version is None)):
         print(
@@ -134,11 +135,13 @@ def _admin(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    client = AdminClient.from_env(args.port, args.token_env)
     if args.action == "status":
         result = client.status()
     elif args.action == "load":
         result = client.load(args.model, args.version)
         if args.wait:
+            client.wait_converged(result["revision"])
             states = client.wait_for(args.model, args.version)
             result = {"states": states}
             if any(state != "READY" for state in states.values()):
@@ -150,6 +153,8 @@ def _admin(args: argparse.Namespace) -> int:
         result = client.rollback(args.model)
     else:
         result = client.unload(args.model, args.version)
+    if args.wait and args.action in ("promote", "rollback", "unload"):
+        client.wait_converged(result["revision"])
     print(json.dumps(result, indent=2))
     return EXIT_OK
 

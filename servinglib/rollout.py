@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class ModelPlan:
     """What the operator asked for one model."""
 
     load: list[str] = field(default_factory=list)
+    load_revisions: dict[str, int] = field(default_factory=dict)
     unload: list[str] = field(default_factory=list)
     default: str | None = None
     previous_defaults: list[str] = field(default_factory=list)
@@ -104,32 +106,65 @@ def read_worker_statuses(
     return statuses
 
 
-def apply_desired_state(registry: ModelRegistry, state: DesiredState) -> list[str]:
-    """Make ``registry`` match ``state``; returns what could not be done (yet)."""
-    notes = []
+def apply_desired_state(
+    registry: ModelRegistry,
+    state: DesiredState,
+    attempted: dict[tuple[str, str], int] | None = None,
+    on_unload: Callable[[str, str], None] | None = None,
+) -> list[str]:
+    """Make ``registry`` match ``state``; returns what could not be done (yet).
+
+    The default moves first, so a rollback never waits behind loads. A version is loaded
+    once per load request: a FAILED one is retried only when it is asked for again.
+    """
+    attempted = {} if attempted is None else attempted
+    notes: list[str] = []
     for model, plan in state.models.items():
         if model not in registry.model_names():
             notes.append(f"unknown model {model!r}")
             continue
-        present = {r.version: r for r in registry.records(model)}
-        for version in plan.load:
-            record = present.get(version)
-            if record is None or record.state is VersionState.FAILED:  # retried per revision
-                try:
-                    registry.add_version(model, version)
-                except ServinglibError as e:
-                    notes.append(f"{model} {version}: {e}")
-        if plan.default is not None and plan.default != registry.default_version(model):
-            try:
-                registry.set_default(model, plan.default)
-            except ServinglibError as e:
-                notes.append(f"{model}: default stays {registry.default_version(model)!r}: {e}")
+        moved = _move_default(registry, model, plan, notes=None)
         for version in plan.unload:
             try:
                 registry.remove_version(model, version)
+                if on_unload is not None:
+                    on_unload(model, version)
             except ServinglibError as e:
                 notes.append(f"{model} {version}: {e}")
+        present = {r.version for r in registry.records(model)}
+        for version in plan.load:
+            requested = plan.load_revisions.get(version, 0)
+            if version in plan.unload or attempted.get((model, version), -1) >= requested:
+                continue
+            if (
+                version in present
+                and registry.record(model, version).state is not VersionState.FAILED
+            ):
+                attempted[(model, version)] = requested
+                continue
+            attempted[(model, version)] = requested
+            try:
+                registry.add_version(model, version)
+            except ServinglibError as e:
+                notes.append(f"{model} {version}: {e}")
+        if not moved:
+            _move_default(registry, model, plan, notes)
     return notes
+
+
+def _move_default(
+    registry: ModelRegistry, model: str, plan: ModelPlan, notes: list[str] | None
+) -> bool:
+    """Point the default at the plan's version when it is READY here; True when it is there."""
+    if plan.default is None or plan.default == registry.default_version(model):
+        return True
+    try:
+        registry.set_default(model, plan.default)
+    except ServinglibError as e:
+        if notes is not None:
+            notes.append(f"{model}: default stays {registry.default_version(model)!r}: {e}")
+        return False
+    return True
 
 
 def worker_status(registry: ModelRegistry, revision: int, notes: list[str]) -> dict[str, Any]:
@@ -154,8 +189,16 @@ def worker_status(registry: ModelRegistry, revision: int, notes: list[str]) -> d
 class RolloutWatcher:
     """A worker's thread that follows the desired-state file and reports back."""
 
-    def __init__(self, registry: ModelRegistry, directory: Path, interval_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        directory: Path,
+        interval_s: float = 0.2,
+        on_unload: Callable[[str, str], None] | None = None,
+    ) -> None:
         self._registry = registry
+        self._on_unload = on_unload
+        self._attempted: dict[tuple[str, str], int] = {}
         self._directory = directory
         self._interval_s = interval_s
         self._applied = -1
@@ -170,7 +213,7 @@ class RolloutWatcher:
             log.error("cannot read the desired rollout state in %s: %s", self._directory, e)
             return
         if state.revision != self._applied:
-            notes = apply_desired_state(self._registry, state)
+            notes = apply_desired_state(self._registry, state, self._attempted, self._on_unload)
             for note in notes:
                 log.warning("rollout revision %d: %s", state.revision, note)
             self._applied = state.revision

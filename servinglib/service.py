@@ -328,6 +328,15 @@ class InferenceService:
             )
         return Prediction(record.model, record.version, output, elapsed)
 
+    def release(self, model: str, version: str) -> None:
+        """Stop the batcher of an unloaded version (its queued requests finish first)."""
+        with self._executors_lock:
+            keys = [k for k in self._executors if k[:2] == (model, version)]
+            executors = [self._executors.pop(k) for k in keys]
+        for executor in executors:
+            if executor is not None:
+                executor.close()
+
     def close(self, timeout_s: float = 30.0) -> None:
         """Finish every queued request and stop the batcher threads."""
         with self._executors_lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from servinglib.errors import InvalidInputError
@@ -16,6 +17,15 @@ def _refuse_constant(name: str) -> Any:
     )
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise InvalidInputError(
+            f"number {text[:40]!r} overflows a 64-bit float; send a smaller one"
+        )
+    return value
+
+
 def parse_json(raw: bytes | str, max_depth: int) -> Any:
     """Parse ``raw`` as strict JSON and refuse documents nested deeper than ``max_depth``.
 
@@ -23,9 +33,11 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
         InvalidInputError: not JSON, not UTF-8, NaN/Infinity literals, or nesting too deep.
     """
     try:
-        document = json.loads(raw, parse_constant=_refuse_constant)
+        document = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InvalidInputError(f"request body is not valid JSON: {e}") from e
+    except ValueError as e:  # e.g. an integer with more digits than Python converts
+        raise InvalidInputError(f"request body holds a number servinglib refuses: {e}") from e
     except RecursionError:
         raise InvalidInputError(
             f"request body nests deeper than {max_depth} levels; flatten it"

@@ -41,6 +41,7 @@ DATATYPES: dict[str, str | None] = {
 }
 
 MAX_ELEMENTS = 16 * 1024 * 1024
+MAX_DIMENSIONS = 32
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,10 @@ def _tensor_header(
     if not isinstance(name, str) or not name:
         raise InvalidInputError(f"{where}.name must be a non-empty string")
     shape = raw.get("shape")
+    if isinstance(shape, list) and len(shape) > MAX_DIMENSIONS:
+        raise InvalidInputError(
+            f"{where} ({name!r}) has {len(shape)} dimensions; at most {MAX_DIMENSIONS}"
+        )
     if isinstance(shape, list):  # JSON does not tell 3 from 3.0
         shape = [int(d) if isinstance(d, float) and d.is_integer() else d for d in shape]
     if not isinstance(shape, list) or not all(
@@ -175,12 +180,23 @@ def _tensor_header(
         raise InvalidInputError(
             f"{where} ({name!r}).datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
         )
-    if math.prod(shape) > max_elements:
+    if _elements_exceed(shape, max_elements):
         raise InvalidInputError(
-            f"{where} ({name!r}) has {math.prod(shape)} elements, more than the limit of "
-            f"{max_elements} (server.max_tensor_elements)"
+            f"{where} ({name!r}) has more than {max_elements} elements (server.max_tensor_elements)"
         )
     return name, tuple(shape), str(datatype)
+
+
+def _elements_exceed(shape: list[int], limit: int) -> bool:
+    """Whether the product of ``shape`` passes ``limit``, without computing huge products."""
+    count = 1
+    for dimension in shape:
+        if dimension == 0:
+            return False
+        count *= dimension
+        if count > limit:
+            return True
+    return False
 
 
 def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:

@@ -148,7 +148,7 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
     watcher = None
     rollout_dir = os.environ.get("SERVINGLIB_ROLLOUT_DIR")
     if rollout_dir:  # admin API enabled: converge to the operator's desired state first
-        watcher = RolloutWatcher(registry, Path(rollout_dir))
+        watcher = RolloutWatcher(registry, Path(rollout_dir), on_unload=service.release)
         watcher.sync()
         watcher.start()
 

@@ -45,6 +45,7 @@ OUTCOMES = {
     415: "invalid_input",
     500: "model_error",
     503: "not_ready",
+    504: "deadline_exceeded",
 }
 
 

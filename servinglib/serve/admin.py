@@ -149,7 +149,14 @@ class AdminServer:
 
     @staticmethod
     def _body(handler: BaseHTTPRequestHandler) -> Any:
-        length = int(handler.headers.get("Content-Length") or 0)
+        try:
+            length = int(handler.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise _RefusedError(
+                HTTPStatus.BAD_REQUEST, "Content-Length must be an integer"
+            ) from None
+        if length < 0:
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, "Content-Length must not be negative")
         if length > _MAX_BODY:
             raise _RefusedError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "admin request body too large")
         raw = handler.rfile.read(length) if length else b""
@@ -207,6 +214,8 @@ class AdminServer:
             if version not in keep:
                 keep.append(version)
             state.revision += 1
+            if action == "load":
+                plan.load_revisions[version] = state.revision  # a new request: retried if FAILED
             write_desired_state(self._state_dir, state)
         return {"revision": state.revision, "model": name, "version": version, "action": action}
 

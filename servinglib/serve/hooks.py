@@ -94,18 +94,30 @@ def when_ready(server: Any) -> None:
     directory = os.environ.get(ROLLOUT_ENV)
     if not directory:
         return
+    from servinglib.monitoring.logs import configure_logging
     from servinglib.serve.admin import AdminServer
 
     config = load_config(os.environ["SERVINGLIB_CONFIG"])
+    configure_logging(config.server.log_level)  # admin actions are logged by the master
     admin = AdminServer(
         config,
         Path(directory),
         os.environ.get(config.admin.token_env, ""),
         config.admin.port,
-        lambda: set(server.WORKERS),
+        lambda: _worker_pids(server),
     )
     admin.start()
     _admin.append(admin)
+
+
+def _worker_pids(server: Any) -> set[int]:
+    """The arbiter's live worker pids (the dict changes under us: retry a torn read)."""
+    for _ in range(5):
+        try:
+            return set(server.WORKERS)
+        except RuntimeError:
+            continue
+    return set()
 
 
 def on_exit(server: Any) -> None:

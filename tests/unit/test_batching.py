@@ -209,3 +209,12 @@ def test_close_runs_every_queued_request_then_refuses() -> None:
     assert [f.result(timeout=5) for f in futures] == [0, 2, 4, 6, 8]
     with pytest.raises(OverloadedError, match="shutting down"):
         batcher.submit(1)
+
+
+def test_a_cancelled_request_does_not_stall_ordered_results() -> None:
+    batcher, _, _ = manual(BatchPolicy(max_batch_size=4, preserve_ordering=True))
+    first = batcher.submit(1)
+    second = batcher.submit(2)
+    assert first.cancel()
+    drain(batcher)
+    assert second.result(timeout=1) == 4

@@ -287,6 +287,8 @@ def test_metrics_count_requests_by_outcome(client: FlaskClient) -> None:
         (b'{"model_id": "scorer", "features": {"x": Infinity}}', "Infinity, which is not JSON"),
         (b"\xff\xfe{}", "not valid JSON"),
         (b"[" * 10_000 + b"]" * 10_000, "nests deeper than"),
+        (b'{"model_id": "scorer", "features": {"x": ' + b"9" * 5000 + b"}}", "refuses"),
+        (b'{"model_id": "scorer", "features": {"x": 1e400}}', "overflows a 64-bit float"),
         (
             b'{"model_id": "scorer", "features": ' + b"[" * 70 + b"]" * 70 + b"}",
             "nests deeper than 64",
@@ -310,3 +312,41 @@ def test_tensor_element_limit(client: FlaskClient) -> None:
     )
     assert response.status_code == 400
     assert "server.max_tensor_elements" in response.get_json()["error"]
+
+
+def test_many_dimensions_are_refused_quickly(client: FlaskClient) -> None:
+    import time
+
+    started = time.perf_counter()
+    response = client.post(
+        "/v2/models/echo/infer",
+        json={"inputs": [{"name": "x", "shape": [7] * 100_000, "datatype": "FP32", "data": [1]}]},
+    )
+    assert response.status_code == 400
+    assert "dimensions" in response.get_json()["error"]
+    assert time.perf_counter() - started < 2
+
+
+def test_envoy_deadline_header_gives_504(tmp_path: Path) -> None:
+    import shutil
+
+    from servinglib.http.app import create_app_from_config
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "batching"
+    shutil.copytree(fixture, tmp_path / "svc")
+    client = create_app_from_config(tmp_path / "svc" / "servinglib.yaml").test_client()
+    slow = client.post(
+        "/infer",
+        json={"model_id": "summer", "features": {"values": [1]}},
+        headers={"x-envoy-expected-rq-timeout-ms": "1"},
+    )
+    assert slow.status_code == 504
+    assert "deadline" in slow.get_json()["error"]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'outcome="deadline_exceeded"' in metrics
+    fine = client.post(
+        "/infer",
+        json={"model_id": "summer", "features": {"values": [1]}},
+        headers={"x-envoy-expected-rq-timeout-ms": "5000"},
+    )
+    assert fine.status_code == 200

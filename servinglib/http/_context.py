@@ -23,12 +23,13 @@ access_log = logging.getLogger("servinglib.access")
 
 def mark_inference(protocol: str, model: str, version: str = "") -> None:
     """Tell the request context this request is an inference on ``model`` (for metrics)."""
-    g.protocol = protocol
-    g.model = model
-    g.version = version
-    if not getattr(g, "in_flight_counted", False):
-        g.in_flight_counted = True
-        g.metrics.in_flight_gauge(protocol).inc()
+    state = g._get_current_object()  # one proxy lookup, not one per attribute
+    state.protocol = protocol
+    state.model = model
+    state.version = version
+    if not getattr(state, "in_flight_counted", False):
+        state.in_flight_counted = True
+        state.metrics.in_flight_gauge(protocol).inc()
 
 
 def install_request_context(app: Flask, metrics: ServingMetrics) -> None:
@@ -36,46 +37,54 @@ def install_request_context(app: Flask, metrics: ServingMetrics) -> None:
 
     @app.before_request
     def _start() -> None:
-        g.started = time.perf_counter()
-        g.metrics = metrics
-        incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        g.request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        state = g._get_current_object()
+        state.started = time.perf_counter()
+        state.metrics = metrics
+        incoming = request.environ.get("HTTP_X_REQUEST_ID", "")
+        state.request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
 
     @app.after_request
     def _finish(response: Response) -> Response:
-        elapsed = time.perf_counter() - g.get("started", time.perf_counter())
-        request_id = g.get("request_id", "")
-        response.headers[REQUEST_ID_HEADER] = request_id
-        protocol = g.get("protocol")
-        version = g.get("version", "")
+        state = g._get_current_object()
+        elapsed = time.perf_counter() - getattr(state, "started", time.perf_counter())
+        request_id = getattr(state, "request_id", "")
+        headers = response.headers
+        headers[REQUEST_ID_HEADER] = request_id
+        protocol = getattr(state, "protocol", None)
+        version = getattr(state, "version", "")
+        status = response.status_code
         if version:
-            response.headers[VERSION_HEADER] = version
+            headers[VERSION_HEADER] = version
         if protocol:
-            outcome = g.get("outcome") or OUTCOMES.get(response.status_code, "server_error")
-            if response.status_code == 500 and g.get("unexpected_error"):
+            outcome = getattr(state, "outcome", None) or OUTCOMES.get(status, "server_error")
+            if status == 500 and getattr(state, "unexpected_error", False):
                 outcome = "server_error"
-            metrics.observe_request(g.model, version, protocol, outcome, elapsed)
-        access_log.info(
-            "%s %s %d",
-            request.method,
-            request.path,
-            response.status_code,
-            extra={
-                "event": "request",
-                "request_id": request_id,
-                "method": request.method,
-                "path": request.path,
-                "status": response.status_code,
-                "duration_ms": round(elapsed * 1000, 3),
-                "model": g.get("model", ""),
-                "version": version,
-                "protocol": protocol or "",
-            },
-        )
+            metrics.observe_request(state.model, version, protocol, outcome, elapsed)
+        if access_log.isEnabledFor(logging.INFO):
+            environ = request.environ
+            method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+            access_log.info(
+                "%s %s %d",
+                method,
+                path,
+                status,
+                extra={
+                    "event": "request",
+                    "request_id": request_id,
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 3),
+                    "model": getattr(state, "model", ""),
+                    "version": version,
+                    "protocol": protocol or "",
+                },
+            )
         return response
 
     @app.teardown_request
     def _teardown(_error: BaseException | None) -> None:
-        if g.get("in_flight_counted"):
-            metrics.in_flight_gauge(g.protocol).dec()
-            g.in_flight_counted = False
+        state = g._get_current_object()
+        if getattr(state, "in_flight_counted", False):
+            metrics.in_flight_gauge(state.protocol).dec()
+            state.in_flight_counted = False

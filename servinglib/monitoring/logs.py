@@ -10,7 +10,7 @@ from typing import Any
 
 __all__ = ["JsonFormatter", "configure_logging"]
 
-_STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -25,9 +25,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                entry[key] = value
+        extra = vars(record).keys() - _STANDARD_ATTRS
+        for key in extra:
+            if not key.startswith("_"):
+                entry[key] = getattr(record, key)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

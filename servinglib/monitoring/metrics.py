@@ -276,6 +276,7 @@ class ServingMetrics:
         score_buckets: tuple[float, ...] = DEFAULT_SCORE_BUCKETS,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._children: dict[tuple[str, ...], Any] = {}
         factories: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
         for spec in METRIC_SPECS:
             kwargs: dict[str, Any] = {"registry": self.registry}
@@ -294,12 +295,21 @@ class ServingMetrics:
         self, model: str, version: str, protocol: str, outcome: str, seconds: float
     ) -> None:
         """Count one answered request and its latency."""
-        self.requests.labels(model, version, protocol, outcome).inc()  # type: ignore[attr-defined]
-        self.request_duration.labels(model, version, protocol).observe(seconds)  # type: ignore[attr-defined]
+        self._child("requests", model, version, protocol, outcome).inc()
+        self._child("request_duration", model, version, protocol).observe(seconds)
 
     def in_flight_gauge(self, protocol: str) -> Any:
         """The in-flight gauge child of ``protocol`` (use ``.inc()``/``.dec()``)."""
-        return self.in_flight.labels(protocol)  # type: ignore[attr-defined]
+        return self._child("in_flight", protocol)
+
+    def _child(self, attr: str, *labels: str) -> Any:
+        """The labelled child of a metric, cached: ``labels()`` locks and validates each call."""
+        key = (attr, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = getattr(self, attr).labels(*labels)
+            self._children[key] = child  # a benign race: both threads get the same child
+        return child
 
     # LifecycleListener
     def version_state(self, model: str, version: str, state: VersionState) -> None:
@@ -323,7 +333,7 @@ class ServingMetrics:
     def prediction_made(self, model: str, version: str, output: Any) -> None:
         """Observe each numeric output of an answer (score monitoring)."""
         for name, value in numeric_outputs(output):
-            self.output_value.labels(model, version, name).observe(value)  # type: ignore[attr-defined]
+            self._child("output_value", model, version, name).observe(value)
 
     def input_rejected(self, model: str, field: str) -> None:
         """Count an input that failed validation."""

@@ -4,14 +4,16 @@ ONNX Runtime's dynamic quantization picks *one* activation scale per tensor, fro
 minimum and maximum of the whole batch: a request's result then depends on the other
 requests it was batched with. Here every ``MatMul``/``Gemm`` with a constant weight becomes::
 
-    scale  = max(|x|, axis=-1) / 127                          one scale per row (token)
-    x_u8   = round(x / scale) + 128                           symmetric, zero point 128
-    y      = MatMulInteger(x_u8, W_s8, 128) * scale * w_scale
+    amax   = max(max(|x|, axis=-1), 1e-12)                    one range per row (token)
+    x_u8   = QuantizeLinear(x / amax, 1/127, 128)             symmetric, zero point 128
+    y      = MatMulIntegerToFloat(x_u8, W_s8, w_scale/127) * amax
 
 A row's scale depends on that row alone, so results are the same served alone or in any
 batch (integer accumulation is exact), and an outlier token spoils only its own row. The zero
 point 128 is a scalar, which ONNX Runtime's fast u8xs8 kernels require; weights are int8,
-per output channel by default.
+per output channel by default. Nodes that read the same activation (the query, key and value
+projections of attention) share its quantization. ``MatMulIntegerToFloat`` is an ONNX
+Runtime operator (``com.microsoft`` domain): the quantized graph is for ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class _Rewriter:
         self.new_initializers: list[Any] = []
         self._names: set[str] = set()
         self._weights: dict[tuple[str, bool, float], _Weight] = {}
+        self._activations: dict[str, tuple[str, str]] = {}
 
     def constant(self, name: str, value: np.ndarray) -> str:
         if name not in self._names:
@@ -71,6 +74,7 @@ class _Rewriter:
         return name
 
     def weight(self, plan: _Plan) -> _Weight:
+        """int8 weight and its scale, the activation's 1/127 folded in."""
         key = (plan.weight, plan.transposed, plan.alpha)
         if key not in self._weights:
             w = self.onnx.numpy_helper.to_array(self.initializers[plan.weight]).astype(np.float32)
@@ -81,39 +85,50 @@ class _Rewriter:
             index = len(self._weights)
             self._weights[key] = _Weight(
                 self.constant(f"{plan.weight}_pt{index}_quantized", quantized),
-                self.constant(f"{plan.weight}_pt{index}_scale", scale),
+                self.constant(f"{plan.weight}_pt{index}_scale", (scale / 127.0).astype(np.float32)),
             )
         return self._weights[key]
 
-    def replace(self, node: Any, plan: _Plan) -> list[Any]:
+    def activation(self, name: str) -> tuple[list[Any], str, str]:
+        """Nodes quantizing activation ``name`` per row (once), its uint8 and its row range."""
+        if name in self._activations:
+            return [], *self._activations[name]
         make = self.onnx.helper.make_node
-        w = self.weight(plan)
-        p = f"{node.name or node.output[0]}_per_token"
+        p = f"{name}_per_token"
         eps = self.constant("per_token_eps", np.array(1e-12, dtype=np.float32))
-        qmax = self.constant(
-            f"per_token_qmax_{int(self.qmax)}", np.array(self.qmax, dtype=np.float32)
-        )
-        offset = self.constant("per_token_offset", np.array(128.0, dtype=np.float32))
+        step = self.constant("per_token_step", np.array(1.0 / 127.0, dtype=np.float32))
         zero_point = self.constant("per_token_zero_point", np.array(128, dtype=np.uint8))
         if self.opset < 18:
             reduce = make("ReduceMax", [f"{p}_abs"], [f"{p}_amax"], keepdims=1, axes=[-1])
         else:
             axes = self.constant("per_token_axes", np.array([-1], dtype=np.int64))
             reduce = make("ReduceMax", [f"{p}_abs", axes], [f"{p}_amax"], keepdims=1)
-        output = f"{p}_y" if plan.bias is not None else node.output[0]
         nodes = [
-            make("Abs", [plan.activation], [f"{p}_abs"]),
+            make("Abs", [name], [f"{p}_abs"]),
             reduce,
-            make("Max", [f"{p}_amax", eps], [f"{p}_amax_safe"]),
-            make("Div", [f"{p}_amax_safe", qmax], [f"{p}_scale"]),
-            make("Div", [plan.activation, f"{p}_scale"], [f"{p}_scaled"]),
-            make("Round", [f"{p}_scaled"], [f"{p}_rounded"]),
-            make("Add", [f"{p}_rounded", offset], [f"{p}_shifted"]),
-            make("Cast", [f"{p}_shifted"], [f"{p}_u8"], to=self.onnx.TensorProto.UINT8),
-            make("MatMulInteger", [f"{p}_u8", w.quantized, zero_point], [f"{p}_int32"]),
-            make("Cast", [f"{p}_int32"], [f"{p}_float"], to=_FLOAT),
-            make("Mul", [f"{p}_float", f"{p}_scale"], [f"{p}_row_scaled"]),
-            make("Mul", [f"{p}_row_scaled", w.scale], [output]),
+            make("Max", [f"{p}_amax", eps], [f"{p}_range"]),
+            make("Div", [name, f"{p}_range"], [f"{p}_unit"]),
+            make("QuantizeLinear", [f"{p}_unit", step, zero_point], [f"{p}_u8"]),
+        ]
+        self._activations[name] = (f"{p}_u8", f"{p}_range")
+        return nodes, f"{p}_u8", f"{p}_range"
+
+    def replace(self, node: Any, plan: _Plan) -> list[Any]:
+        make = self.onnx.helper.make_node
+        w = self.weight(plan)
+        nodes, quantized, row_range = self.activation(plan.activation)
+        p = f"{node.name or node.output[0]}_per_token"
+        one = self.constant("per_token_one", np.array(1.0, dtype=np.float32))
+        zero_point = self.constant("per_token_zero_point", np.array(128, dtype=np.uint8))
+        output = f"{p}_y" if plan.bias is not None else node.output[0]
+        nodes += [
+            make(
+                "MatMulIntegerToFloat",
+                [quantized, w.quantized, one, w.scale, zero_point],
+                [f"{p}_float"],
+                domain="com.microsoft",
+            ),
+            make("Mul", [f"{p}_float", row_range], [output]),
         ]
         if plan.bias is not None:
             nodes.append(make("Add", [output, plan.bias], [node.output[0]]))
@@ -143,6 +158,8 @@ def rewrite_per_token(
             rewritten += 1
     if not rewritten:
         return model, 0
+    if not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(rewriter.new_initializers)

@@ -31,6 +31,7 @@ class LoadResult:
     p95_ms: float
     p99_ms: float
     statuses: dict[int, int]
+    p99_ok_ms: float = float("nan")
 
     def row(self) -> str:
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.statuses.items()))

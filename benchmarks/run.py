@@ -28,7 +28,6 @@ from _load import LoadResult, Server, free_port, median_of, run_hey
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- serving-benchmarks:start -->", "<!-- serving-benchmarks:end -->"
 TRIVIAL_BODY = {"model_id": "summer16", "features": {"values": [0.5] * 16}}
 BIN = Path(sys.executable).parent
 
@@ -180,65 +179,62 @@ def scenario_overload(seconds: float, workdir: Path) -> list[LoadResult]:
 HEADER = "| setup | concurrency | requests/s | p50 ms | p95 ms | p99 ms | statuses |\n|---|---|---|---|---|---|---|"
 
 
-def render(sections: dict[str, list[LoadResult]], command: str) -> str:
+def _machine() -> str:
     cpu = subprocess.run(
         ["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.strip()
-    lines = [
-        START,
-        "## Serving",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {os.cpu_count()} cores, {cpu or platform.processor()}; Python {platform.python_version()}; "
+    return (
+        f"{os.cpu_count()} cores, {cpu or platform.processor()}; Python {platform.python_version()}; "
         f"servinglib {version('servinglib')}, gunicorn {version('gunicorn')}, Flask {version('flask')}, "
-        f"FastAPI {_version('fastapi')}, uvicorn {_version('uvicorn')}; load generator `hey` on the same machine.",
-        "",
-    ]
-    trivial = sections.get("trivial")
-    if trivial:
-        ours, flask, seed = trivial
-        lines += [
-            "### Serving overhead (sum of 16 floats, concurrency 8)",
-            "",
-            HEADER,
-            *[r.row() for r in trivial],
-            "",
-            f"servinglib / naive Flask = **{ours.rps / flask.rps:.2f}x** requests/s; "
-            f"servinglib / seed FastAPI design = **{ours.rps / seed.rps:.2f}x**.",
-            "",
-        ]
-    shadow = sections.get("shadow")
-    if shadow:
-        plain, shadowed = shadow
+        f"FastAPI {_version('fastapi')}, uvicorn {_version('uvicorn')}; load generator `hey` on the "
+        "same machine"
+    )
+
+
+def render(name: str, results: list[LoadResult], command: str) -> str:
+    """One scenario's section, between markers so other scenarios' sections survive a rerun."""
+    lines = [f"<!-- bench:{name}:start -->"]
+    if name == "trivial":
+        ours, flask, seed = results
+        lines += ["### Serving overhead (sum of 16 floats, concurrency 8)", ""]
+    elif name == "shadow":
+        plain, shadowed = results
         lines += [
             "### Cost of shadowing (100% of requests to a version 10x slower, 100 req/s offered)",
             "",
-            HEADER,
-            *[r.row() for r in shadow],
-            "",
+        ]
+    else:
+        one, two = results
+        lines += ["### Overload (5 ms per request, max_queue_size 8, deadline 10 s)", ""]
+    lines += [
+        f"Command: `{command}`  ",
+        f"Machine: {_machine()}.",
+        "",
+        HEADER,
+        *[r.row() for r in results],
+        "",
+    ]
+    if name == "trivial":
+        lines.append(
+            f"servinglib / naive Flask = **{ours.rps / flask.rps:.2f}x** requests/s; "
+            f"servinglib / seed FastAPI design = **{ours.rps / seed.rps:.2f}x**."
+        )
+    elif name == "shadow":
+        lines.append(
             f"Added latency: p50 **{shadowed.p50_ms - plain.p50_ms:+.2f} ms** (target <= 1 ms), "
-            f"p99 **{100 * (shadowed.p99_ms / plain.p99_ms - 1):+.1f}%** (target <= 5%).",
-            "",
-        ]
-    overload = sections.get("overload")
-    if overload:
-        one, two = overload
+            f"p99 **{100 * (shadowed.p99_ms / plain.p99_ms - 1):+.1f}%** (target <= 5%)."
+        )
+    else:
         bad = {k: v for k, v in two.statuses.items() if k >= 500 and k != 503}
-        lines += [
-            "### Overload (5 ms per request, max_queue_size 8, deadline 10 s)",
-            "",
-            HEADER,
-            *[r.row() for r in overload],
-            "",
-            f"At 2x: {two.statuses.get(503, 0)} requests shed with 503, {sum(bad.values())} other 5xx; "
-            f"p99 of all answers {two.p99_ms:.1f} ms vs {one.p99_ms:.1f} ms at 1x "
-            f"(**{two.p99_ms / one.p99_ms:.2f}x**, target <= 1.5x).",
-            "",
-        ]
-    lines.append(END)
+        lines.append(
+            f"At 2x: {two.statuses.get(503, 0)} requests shed with 503, {sum(bad.values())} other "
+            f"5xx; p99 of all answers {two.p99_ms:.1f} ms vs {one.p99_ms:.1f} ms at 1x "
+            f"(**{two.p99_ms / one.p99_ms:.2f}x**, target <= 1.5x)."
+        )
+    lines += ["", f"<!-- bench:{name}:end -->"]
     return "\n".join(lines)
 
 
@@ -249,12 +245,21 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def write_docs(block: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\n"
-    if START in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END) :]
+def write_docs(name: str, block: str) -> None:
+    """Replace this scenario's section of docs/benchmarks.md (or add it under ## Serving)."""
+    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    if start in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
-        text = text.rstrip() + "\n\n" + block + "\n"
+        if "## Serving" not in text:
+            text = (
+                text.rstrip()
+                + "\n\n## Serving\n\nRun all scenarios with `python benchmarks/run.py`.\n"
+            )
+        head, _, tail = text.partition("## Serving")
+        first_line, _, rest = tail.partition("\n")
+        text = f"{head}## Serving{first_line}\n{block}\n{rest}"
     DOCS.write_text(text)
 
 
@@ -278,10 +283,11 @@ def main() -> int:
             sections["shadow"] = scenario_shadow(args.seconds, workdir)
         if "overload" in chosen:
             sections["overload"] = scenario_overload(args.seconds, workdir)
-    command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
-    block = render(sections, command.strip())
-    write_docs(block)
-    print(block)
+    command = ("python benchmarks/run.py " + " ".join(sys.argv[1:])).strip()
+    for name, results in sections.items():
+        block = render(name, results, command)
+        write_docs(name, block)
+        print(block)
     return 0
 
 

@@ -32,6 +32,7 @@ class LoadResult:
     p99_ms: float
     statuses: dict[int, int]
     p99_ok_ms: float = float("nan")
+    p99_ok_ms: float = float("nan")
 
     def row(self) -> str:
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.statuses.items()))
@@ -78,12 +79,16 @@ def run_hey(
     if rate_per_worker:
         command += ["-q", str(rate_per_worker)]
     output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
-    latencies, statuses = [], {}
+    latencies, accepted, statuses = [], [], {}
     for row in csv.DictReader(io.StringIO(output)):
-        latencies.append(float(row["response-time"]) * 1000)
+        latency = float(row["response-time"]) * 1000
         code = int(row["status-code"])
+        latencies.append(latency)
+        if code == 200:
+            accepted.append(latency)
         statuses[code] = statuses.get(code, 0) + 1
     latencies.sort()
+    accepted.sort()
     return LoadResult(
         label,
         concurrency,
@@ -93,6 +98,7 @@ def run_hey(
         _percentile(latencies, 0.95),
         _percentile(latencies, 0.99),
         statuses,
+        _percentile(accepted, 0.99),
     )
 
 

@@ -23,11 +23,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from servinglib.optimize.accuracy import METRICS, MetricResult, evaluate
-    from servinglib.optimize.budgets import BudgetResult, Budgets, budgets_for_model, check_budgets
+    from servinglib.optimize.budgets import (
+        BudgetResult,
+        Budgets,
+        budgets_for_model,
+        check_budgets,
+        check_served_version,
+    )
     from servinglib.optimize.errors import ExportVerificationError, NoCandidateError, OptimizeError
     from servinglib.optimize.export import ExportResult, export_module, load_module
     from servinglib.optimize.graph import GraphResult, optimize_graph
-    from servinglib.optimize.invariance import InvarianceResult, check_batch_invariance
+    from servinglib.optimize.invariance import (
+        InvarianceResult,
+        check_batch_invariance,
+        check_model_batch_invariance,
+    )
     from servinglib.optimize.measure import (
         CpuInfo,
         LatencyStats,
@@ -73,6 +83,8 @@ __all__ = [
     "budgets_for_model",
     "check_batch_invariance",
     "check_budgets",
+    "check_model_batch_invariance",
+    "check_served_version",
     "cpu_info",
     "evaluate",
     "export_module",
@@ -119,6 +131,8 @@ _EXPORTS = {
     "budgets_for_model": "budgets",
     "check_batch_invariance": "invariance",
     "check_budgets": "budgets",
+    "check_model_batch_invariance": "invariance",
+    "check_served_version": "budgets",
     "cpu_info": "measure",
     "evaluate": "accuracy",
     "export_module": "export",

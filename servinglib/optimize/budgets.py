@@ -19,14 +19,27 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from servinglib.config import ServiceConfig
 from servinglib.errors import ConfigError
+from servinglib.model import Model
+from servinglib.selftest import TEST_DATA_FILE
 
-__all__ = ["BUDGET_KEYS", "BudgetResult", "Budgets", "budgets_for_model", "check_budgets"]
+__all__ = [
+    "BUDGET_KEYS",
+    "BudgetResult",
+    "Budgets",
+    "budgets_for_model",
+    "check_budgets",
+    "check_served_version",
+]
 
 BUDGET_KEYS = ("max_size_mb", "max_latency_ms", "max_accuracy_loss")
 
@@ -126,3 +139,44 @@ def budgets_for_model(config: ServiceConfig, model: str) -> Budgets:
             )
     names = [entry.name for entry in config.models]
     raise ConfigError(f"no model {model!r}; models: {', '.join(names)}", source=str(config.source))
+
+
+def check_served_version(
+    model: Model,
+    version_dir: Path,
+    inputs: Sequence[Any],
+    budgets: Budgets,
+    *,
+    runs: int = 50,
+    warmup: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[BudgetResult]:
+    """Size and latency budgets of a loaded model version (what ``servinglib selftest`` can see).
+
+    Size is every file of ``version_dir`` but test_data.json; latency is the median of
+    ``predict(prepare(x))`` over ``inputs`` (e.g. the self-test inputs), ``runs`` rounds
+    after ``warmup``. The accuracy-loss budget needs the FP32 original and is not checked
+    here: ``servinglib optimize run`` checks it.
+    """
+    size_mb = (
+        sum(
+            path.stat().st_size
+            for path in version_dir.rglob("*")
+            if path.is_file() and path.name != TEST_DATA_FILE
+        )
+        / 1e6
+    )
+    prepared = [model.prepare(item) for item in inputs]
+    for _ in range(warmup):
+        for item in prepared:
+            model.predict(item)
+    times = []
+    for _ in range(max(1, runs)):
+        for item in prepared:
+            start = clock()
+            model.predict(item)
+            times.append(clock() - start)
+    latency_ms = float(np.median(times)) * 1e3 if times else 0.0
+    return check_budgets(
+        replace(budgets, max_accuracy_loss=None), size_mb=size_mb, latency_ms=latency_ms, loss=None
+    )

@@ -21,17 +21,24 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from servinglib.optimize.samples import Feed
+from servinglib.model import Model
+from servinglib.selftest import to_plain
 
-__all__ = ["DEFAULT_TOLERANCE", "InvarianceResult", "check_batch_invariance"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "InvarianceResult",
+    "check_batch_invariance",
+    "check_model_batch_invariance",
+]
 
 DEFAULT_TOLERANCE = 1e-3
-RunEach = Callable[[Sequence[Feed]], list[np.ndarray]]
+RunEach = Callable[[Sequence[Any]], list[np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,26 @@ def _trim(batched: np.ndarray, alone: np.ndarray) -> np.ndarray:
     return batched[tuple(slice(0, n) for n in alone.shape)]
 
 
-def _extreme(feeds: Sequence[Feed]) -> int | None:
+def _largest_float(item: Any) -> float:
+    """The largest |value| among the float arrays of a feed-like mapping (-1: none)."""
+    if not isinstance(item, Mapping):
+        return -1.0
+    found = -1.0
+    for value in item.values():
+        array = value if isinstance(value, np.ndarray) else None
+        if array is None and isinstance(value, list | tuple):
+            try:
+                array = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                continue
+        if array is not None and array.dtype.kind == "f" and array.size:
+            found = max(found, float(np.abs(array).max()))
+    return found
+
+
+def _extreme(feeds: Sequence[Any]) -> int | None:
     """Index of the sample with the largest float input, None when no input is float."""
-    scores = [
-        max((float(np.abs(a).max()) for a in feed.values() if a.dtype.kind == "f"), default=-1.0)
-        for feed in feeds
-    ]
+    scores = [_largest_float(feed) for feed in feeds]
     best = int(np.argmax(scores))
     return best if scores[best] >= 0 else None
 
@@ -85,7 +106,7 @@ def _batches(count: int, size: int, trials: int, extreme: int | None, seed: int)
 def check_batch_invariance(
     run_each: RunEach,
     run_batch: RunEach,
-    feeds: Sequence[Feed],
+    feeds: Sequence[Any],
     *,
     batch_size: int = 8,
     trials: int = 2,
@@ -133,4 +154,57 @@ def check_batch_invariance(
         samples_over_tolerance=int((worst_rel > tolerance).sum()),
         samples=len(feeds),
         top1_changes=int(top1_changed.sum()),
+    )
+
+
+def _numbers(output: Any) -> np.ndarray:
+    """Every number of a model's answer (dicts, lists, arrays), in order, as one vector."""
+    plain = to_plain(output)
+    values: list[float] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value):
+                walk(value[key])
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            values.append(float(value))
+
+    walk(plain)
+    return np.asarray(values, dtype=np.float64)
+
+
+def check_model_batch_invariance(
+    model: Model,
+    inputs: Sequence[Any],
+    *,
+    batch_size: int = 8,
+    trials: int = 2,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> InvarianceResult:
+    """Batch invariance of a loaded :class:`~servinglib.model.Model` on request ``inputs``.
+
+    Each input goes through ``prepare`` and ``predict`` alone, then through ``predict_batch``
+    in mixed batches, as the dynamic batcher would send it; every number of the answers is
+    compared. For a model served with ``batching:``, the self-test inputs are a natural set::
+
+        result = check_model_batch_invariance(model, [case.input for case in cases])
+    """
+    prepared = [model.prepare(item) for item in inputs]
+
+    def run_each(items: Sequence[Any]) -> list[np.ndarray]:
+        return [_numbers(model.predict(item)) for item in items]
+
+    def run_batch(items: Sequence[Any]) -> list[np.ndarray]:
+        return [_numbers(answer) for answer in model.predict_batch(list(items))]
+
+    return check_batch_invariance(
+        run_each,
+        run_batch,
+        prepared,
+        batch_size=min(batch_size, max(2, len(prepared))),
+        trials=trials,
+        tolerance=tolerance,
     )

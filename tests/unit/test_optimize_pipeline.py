@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,15 @@ import pytest
 from servinglib.cli import main
 from servinglib.config import load_config
 from servinglib.errors import ConfigError
+from servinglib.model import Model
 from servinglib.optimize.accuracy import evaluate
-from servinglib.optimize.budgets import Budgets, budgets_for_model, check_budgets
+from servinglib.optimize.budgets import (
+    Budgets,
+    budgets_for_model,
+    check_budgets,
+    check_served_version,
+)
+from servinglib.optimize.invariance import check_model_batch_invariance
 from servinglib.optimize.measure import (
     MeasureSettings,
     cpu_info,
@@ -470,3 +478,68 @@ def test_public_names_resolve_lazily_to_the_api_not_to_submodules() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- checks of a served model (for servinglib selftest) ----------------------------------
+
+
+class RowwiseModel(Model):
+    """Each request on its own: batch-invariant."""
+
+    def load(self, path: Path) -> None:
+        pass
+
+    def predict(self, features: Any) -> dict[str, Any]:
+        return {"y": np.asarray(features["x"], dtype=np.float64) * 2.0}
+
+    def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
+        return [self.predict(features) for features in batch]
+
+
+class BatchScaledModel(RowwiseModel):
+    """Rounds to a grid set by the largest value in the batch, as dynamic INT8 does."""
+
+    def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
+        x = np.stack([np.asarray(f["x"], dtype=np.float64) for f in batch])
+        step = np.abs(x).max() / 127.0
+        return [{"y": np.round(row / step) * step * 2.0} for row in x]
+
+
+def test_model_batch_invariance_of_a_served_model() -> None:
+    inputs = [{"x": [0.01 * i, 0.5, -0.25]} for i in range(6)] + [{"x": [900.0, 1.0, 2.0]}]
+    assert check_model_batch_invariance(RowwiseModel(), inputs).invariant
+    flagged = check_model_batch_invariance(BatchScaledModel(), inputs, batch_size=4)
+    assert not flagged.invariant
+    assert flagged.samples == 7
+    assert flagged.worst_relative > 0.1
+
+
+def test_served_version_size_and_latency_budgets(tmp_path: Path) -> None:
+    (tmp_path / "model.bin").write_bytes(b"\0" * 2_000_000)
+    (tmp_path / "test_data.json").write_text("{}")
+    clock = [0.0]
+
+    class TimedModel(RowwiseModel):
+        def predict(self, features: Any) -> dict[str, Any]:
+            clock[0] += 0.004
+            return super().predict(features)
+
+    def check(budgets: Budgets) -> list[Any]:
+        return check_served_version(
+            TimedModel(),
+            tmp_path,
+            [{"x": [1.0]}],
+            budgets,
+            runs=5,
+            clock=lambda: clock[0],
+        )
+
+    within = check(Budgets(max_size_mb=2.5, max_latency_ms=5.0, max_accuracy_loss=0.0))
+    assert [(r.budget, r.passed) for r in within] == [
+        ("max_size_mb", True),
+        ("max_latency_ms", True),
+    ]
+    assert within[0].actual == pytest.approx(2.0)
+    assert within[1].actual == pytest.approx(4.0)
+    exceeded = check(Budgets(max_size_mb=1.0, max_latency_ms=3.0))
+    assert [r.passed for r in exceeded] == [False, False]

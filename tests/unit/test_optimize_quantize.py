@@ -196,7 +196,7 @@ def test_excluded_nodes_and_op_types_stay_float(mlp: Path, tmp_path: Path) -> No
     quantize_model(mlp, out, QuantizeOptions(method="dynamic-per-token", exclude_nodes=("layer2",)))
     ops = count_ops(out)
     assert ops["MatMul"] == 1  # layer2 untouched
-    assert ops["MatMulInteger"] == 1
+    assert ops["MatMulIntegerToFloat"] == 1
     quantize_model(mlp, out, QuantizeOptions(method="dynamic", exclude_op_types=("MatMul",)))
     assert count_ops(out)["MatMul"] == 2
     with pytest.raises(OptimizeError, match="no MatMul/Gemm"):
@@ -258,3 +258,33 @@ def test_invariance_flags_dynamic_int8_with_an_outlier_row_and_not_static(
         assert verdicts[name].top1_changes == 0
     assert verdicts["static"].batches > 0
     assert verdicts["static"].samples == 24
+
+
+def test_cli_graph_and_quantize(
+    mlp: Path, calibration: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from servinglib.cli import main
+
+    basic = tmp_path / "basic.onnx"
+    assert main(["optimize", "graph", str(mlp), "--level", "basic", "--out", str(basic)]) == 0
+    assert "5 → " in capsys.readouterr().out
+    out = tmp_path / "int8.onnx"
+    code = main(
+        [
+            "optimize",
+            "quantize",
+            str(basic),
+            "--method",
+            "static",
+            "--per-channel",
+            "--calibration",
+            str(calibration),
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    assert "(static per-channel)" in capsys.readouterr().out
+    assert count_ops(out)["QuantizeLinear"] > 0
+    assert main(["optimize", "quantize", str(basic), "--method", "static", "--out", str(out)]) == 2
+    assert "needs calibration samples" in capsys.readouterr().err

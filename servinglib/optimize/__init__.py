@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         check_budgets,
         check_served_version,
     )
-    from servinglib.optimize.errors import ExportVerificationError, NoCandidateError, OptimizeError
+    from servinglib.optimize.errors import ExportVerificationError, OptimizeError
     from servinglib.optimize.export import ExportResult, export_module, load_module
     from servinglib.optimize.graph import GraphResult, optimize_graph
     from servinglib.optimize.invariance import (
@@ -68,7 +68,6 @@ __all__ = [
     "LatencyStats",
     "MeasureSettings",
     "MetricResult",
-    "NoCandidateError",
     "NodeSensitivity",
     "OptimizeError",
     "OptimizeOutcome",
@@ -115,7 +114,6 @@ _EXPORTS = {
     "METRICS": "accuracy",
     "MeasureSettings": "measure",
     "MetricResult": "accuracy",
-    "NoCandidateError": "errors",
     "NodeSensitivity": "sensitivity",
     "OptimizeError": "errors",
     "OptimizeOutcome": "pipeline",

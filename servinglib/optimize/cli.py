@@ -231,6 +231,8 @@ def _export(args: argparse.Namespace) -> int:
     from servinglib.optimize.errors import OptimizeError
     from servinglib.optimize.export import export_module, load_module
 
+    if args.sample.suffix != ".npz" or not args.sample.is_file():
+        raise OptimizeError(f"--sample {args.sample}: expected an existing .npz of inputs")
     with np.load(args.sample, allow_pickle=False) as archive:
         arrays = {name: archive[name] for name in archive.files}
     names = list(args.input_names or arrays)

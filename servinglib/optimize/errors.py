@@ -2,8 +2,10 @@
 
     ServinglibError
     └── OptimizeError               a step of optimize cannot go on (missing extra, bad input)
-        ├── ExportVerificationError the ONNX graph disagrees with PyTorch on a sample input
-        └── NoCandidateError        no quantized candidate holds the accuracy (or size) budget
+        └── ExportVerificationError the ONNX graph disagrees with PyTorch on a sample input
+
+A search that finds no candidate within the budgets is not an error: its report says why
+for each candidate, and ``servinglib optimize run`` exits 1.
 
 Messages name the file or value, where it came from and the fix.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from servinglib.errors import ServinglibError
 
-__all__ = ["ExportVerificationError", "NoCandidateError", "OptimizeError"]
+__all__ = ["ExportVerificationError", "OptimizeError"]
 
 
 class OptimizeError(ServinglibError):
@@ -21,7 +23,3 @@ class OptimizeError(ServinglibError):
 
 class ExportVerificationError(OptimizeError):
     """The exported ONNX graph does not reproduce the PyTorch module within tolerance."""
-
-
-class NoCandidateError(OptimizeError):
-    """Accuracy-aware search: no candidate stays within the allowed loss (and size budget)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -464,7 +465,6 @@ def test_progress_bar_runs(
 
 def test_public_names_resolve_lazily_to_the_api_not_to_submodules() -> None:
     import subprocess
-    import sys
     from types import ModuleType
 
     import servinglib.optimize as optimize
@@ -543,3 +543,15 @@ def test_served_version_size_and_latency_budgets(tmp_path: Path) -> None:
     assert within[1].actual == pytest.approx(4.0)
     exceeded = check(Budgets(max_size_mb=1.0, max_latency_ms=3.0))
     assert [r.passed for r in exceeded] == [False, False]
+
+
+def test_a_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servinglib.optimize._deps import require
+    from servinglib.optimize.errors import OptimizeError
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(OptimizeError, match=r"exporting needs 'torch'.*pip install torch"):
+        require("torch", "exporting")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(OptimizeError, match=r"servinglib\[optimize\]"):
+        require("onnxruntime", "quantization")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import version as package_version
 from pathlib import Path
+from typing import Any
 
 from servinglib.errors import ServinglibError
 
@@ -175,7 +176,36 @@ def _selftest(config_path: str, junit: Path | None) -> int:
         print(f"JUnit XML written to {junit}")
     failed = [r for r in records if r.state is VersionState.FAILED]
     print(f"{len(records) - len(failed)} of {len(records)} version(s) passed")
-    return EXIT_FAILED if failed else EXIT_OK
+    ready = [r for r in records if r.state is VersionState.READY]
+    checks_ok = _serving_checks(config, ready)
+    return EXIT_FAILED if failed or not checks_ok else EXIT_OK
+
+
+def _serving_checks(config: Any, records: list[Any]) -> bool:
+    """Batch invariance of batched models and optimize budgets, on the self-test inputs."""
+    from servinglib.optimize.budgets import budgets_for_model, check_served_version
+    from servinglib.optimize.invariance import check_model_batch_invariance
+    from servinglib.selftest import load_test_data
+
+    ok = True
+    for record in records:
+        model = config.models[[m.name for m in config.models].index(record.model)]
+        inputs = [case.input for case in load_test_data(record.path)]
+        if not inputs or record.instance is None:
+            continue
+        if model.batching is not None and len(inputs) > 1:
+            result = check_model_batch_invariance(record.instance, inputs)
+            verdict = "batch-invariant" if result.invariant else "NOT batch-invariant"
+            print(
+                f"{record.model} {record.version}: {verdict} (worst relative deviation "
+                f"{result.worst_relative:.2e}, tolerance {result.tolerance:.0e})"
+            )
+            ok = ok and result.invariant
+        budgets = budgets_for_model(config, record.model)
+        for budget in check_served_version(record.instance, record.path, inputs, budgets, runs=10):
+            print(f"{record.model} {record.version}: {budget.describe()}")
+            ok = ok and budget.passed
+    return ok
 
 
 if __name__ == "__main__":

@@ -162,6 +162,7 @@ class ModelConfig:
     load_timeout_s: float = 600.0
     allow_pickle: bool = False
     sha256: Mapping[str, str] = field(default_factory=dict)
+    optimize_budgets: Mapping[str, float] | None = None
     key_path: str = ""
 
 
@@ -484,6 +485,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 load_timeout_s=entry.get("load_timeout_s", 600.0),
                 allow_pickle=entry.get("allow_pickle", False),
                 sha256=entry.get("sha256", {}),
+                optimize_budgets=entry.get("optimize_budgets"),
                 key_path=where,
             )
         )

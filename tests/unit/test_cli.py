@@ -123,3 +123,25 @@ def test_version_flag() -> None:
     result = run("--version")
     assert result.returncode == 0
     assert result.stdout.startswith("servinglib ")
+
+
+def test_selftest_enforces_optimize_budgets(passing_config: Path) -> None:
+    text = passing_config.read_text()
+    tight = text.replace(
+        'versions: ["1", "2"]',
+        'versions: ["1", "2"]\n    optimize_budgets: {max_size_mb: 0.000001}',
+        1,
+    )
+    passing_config.write_text(tight)
+    result = run("selftest", "--config", str(passing_config))
+    assert result.returncode == 1
+    assert "max_size_mb" in result.stdout
+    assert "EXCEEDED" in result.stdout
+    passing_config.write_text(
+        text.replace(
+            'versions: ["1", "2"]',
+            'versions: ["1", "2"]\n    optimize_budgets: {max_size_mb: 10}',
+            1,
+        )
+    )
+    assert run("selftest", "--config", str(passing_config)).returncode == 0

@@ -273,6 +273,9 @@ def main() -> int:
     parser.add_argument(
         "--repeats", type=int, default=3, help="repeats of the trivial runs (median kept)"
     )
+    parser.add_argument(
+        "--overload-seconds", type=float, default=60.0, help="length of each overload run"
+    )
     args = parser.parse_args()
     chosen = args.only or ["trivial", "shadow", "overload"]
     sections: dict[str, list[LoadResult]] = {}
@@ -283,7 +286,7 @@ def main() -> int:
         if "shadow" in chosen:
             sections["shadow"] = scenario_shadow(args.seconds, workdir)
         if "overload" in chosen:
-            sections["overload"] = scenario_overload(args.seconds, workdir)
+            sections["overload"] = scenario_overload(args.overload_seconds, workdir)
     command = ("python benchmarks/run.py " + " ".join(sys.argv[1:])).strip()
     for name, results in sections.items():
         block = render(name, results, command)

@@ -6,19 +6,65 @@ import logging
 import re
 import time
 import uuid
+from typing import Any
 
 from flask import Flask, Response, g, request
 
 from servinglib.http.errors import OUTCOMES
 from servinglib.monitoring.metrics import ServingMetrics
 
-__all__ = ["REQUEST_ID_HEADER", "VERSION_HEADER", "install_request_context", "mark_inference"]
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "VERSION_HEADER",
+    "install_request_context",
+    "log_request",
+    "mark_inference",
+    "request_id_from",
+]
 
 REQUEST_ID_HEADER = "x-request-id"
 VERSION_HEADER = "x-servinglib-model-version"
 _SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 access_log = logging.getLogger("servinglib.access")
+
+
+def request_id_from(environ: dict[str, Any]) -> str:
+    """The caller's x-request-id when it is safe to echo, else a new one."""
+    incoming = environ.get("HTTP_X_REQUEST_ID", "")
+    return incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+
+
+def log_request(
+    request_id: str,
+    method: str,
+    path: str,
+    status: int,
+    elapsed: float,
+    model: str,
+    version: str,
+    protocol: str,
+) -> None:
+    """One JSON access-log line per request."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    access_log.info(
+        "%s %s %d",
+        method,
+        path,
+        status,
+        extra={
+            "event": "request",
+            "request_id": request_id,
+            "method": method,
+            "path": path,
+            "status": status,
+            "duration_ms": round(elapsed * 1000, 3),
+            "model": model,
+            "version": version,
+            "protocol": protocol,
+        },
+    )
 
 
 def mark_inference(protocol: str, model: str, version: str = "") -> None:
@@ -40,8 +86,7 @@ def install_request_context(app: Flask, metrics: ServingMetrics) -> None:
         state = g._get_current_object()
         state.started = time.perf_counter()
         state.metrics = metrics
-        incoming = request.environ.get("HTTP_X_REQUEST_ID", "")
-        state.request_id = incoming if _SAFE_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        state.request_id = request_id_from(request.environ)
 
     @app.after_request
     def _finish(response: Response) -> Response:
@@ -60,26 +105,17 @@ def install_request_context(app: Flask, metrics: ServingMetrics) -> None:
             if status == 500 and getattr(state, "unexpected_error", False):
                 outcome = "server_error"
             metrics.observe_request(state.model, version, protocol, outcome, elapsed)
-        if access_log.isEnabledFor(logging.INFO):
-            environ = request.environ
-            method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
-            access_log.info(
-                "%s %s %d",
-                method,
-                path,
-                status,
-                extra={
-                    "event": "request",
-                    "request_id": request_id,
-                    "method": method,
-                    "path": path,
-                    "status": status,
-                    "duration_ms": round(elapsed * 1000, 3),
-                    "model": getattr(state, "model", ""),
-                    "version": version,
-                    "protocol": protocol or "",
-                },
-            )
+        environ = request.environ
+        log_request(
+            request_id,
+            environ["REQUEST_METHOD"],
+            environ.get("PATH_INFO", ""),
+            status,
+            elapsed,
+            getattr(state, "model", ""),
+            version,
+            protocol or "",
+        )
         return response
 
     @app.teardown_request

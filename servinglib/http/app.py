@@ -13,7 +13,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify
 from servinglib.config import ServerConfig, ServiceConfig, load_config
 from servinglib.http._context import install_request_context
 from servinglib.http.errors import register_error_handlers
-from servinglib.http.infer import infer_blueprint
+from servinglib.http.infer import InferEndpoint
 from servinglib.http.openapi import openapi_document
 from servinglib.http.v2 import v2_blueprint
 from servinglib.monitoring.logs import configure_logging
@@ -111,9 +111,9 @@ def create_app(
     app.extensions["servinglib.shutdown"] = shutdown or (lambda: None)
     install_request_context(app, metrics)
     register_error_handlers(app)
-    app.register_blueprint(infer_blueprint)
     app.register_blueprint(v2_blueprint)
     app.register_blueprint(ops_blueprint)
+    app.wsgi_app = InferEndpoint(app.wsgi_app, service, metrics, server)  # type: ignore[method-assign]
     return app
 
 

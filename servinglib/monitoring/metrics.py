@@ -316,18 +316,18 @@ class ServingMetrics:
         """Set the state gauge: 1 for ``state``, 0 for every other state."""
         for candidate in VersionState:
             value = 1 if candidate is state else 0
-            self.model_state.labels(model, version, candidate.value).set(value)  # type: ignore[attr-defined]
+            self._child("model_state", model, version, candidate.value).set(value)
 
     def version_loaded(self, model: str, version: str, duration_s: float) -> None:
         """Record how long ``load()`` took."""
-        self.load_duration.labels(model, version).observe(duration_s)  # type: ignore[attr-defined]
+        self._child("load_duration", model, version).observe(duration_s)
 
     def version_self_tested(
         self, model: str, version: str, duration_s: float, passed: bool
     ) -> None:
         """Record self-test duration and result."""
-        self.selftest_duration.labels(model, version).observe(duration_s)  # type: ignore[attr-defined]
-        self.selftest_passed.labels(model, version).set(1 if passed else 0)  # type: ignore[attr-defined]
+        self._child("selftest_duration", model, version).observe(duration_s)
+        self._child("selftest_passed", model, version).set(1 if passed else 0)
 
     # ServiceListener
     def prediction_made(self, model: str, version: str, output: Any) -> None:
@@ -337,51 +337,51 @@ class ServingMetrics:
 
     def input_rejected(self, model: str, field: str) -> None:
         """Count an input that failed validation."""
-        self.input_rejected_total.labels(model, field).inc()  # type: ignore[attr-defined]
+        self._child("input_rejected_total", model, field).inc()
 
     # ShadowListener
     def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
         """Count a shadow copy dropped because the executor was full."""
-        self.shadow_dropped_total.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
+        self._child("shadow_dropped_total", model, primary, shadow).inc()
 
     def shadow_finished(
         self, model: str, primary: str, shadow: str, outcome: str, seconds: float
     ) -> None:
         """Count a shadow copy that ran, and its latency."""
-        self.shadow_requests.labels(model, primary, shadow, outcome).inc()  # type: ignore[attr-defined]
-        self.shadow_latency.labels(model, primary, shadow).observe(seconds)  # type: ignore[attr-defined]
+        self._child("shadow_requests", model, primary, shadow, outcome).inc()
+        self._child("shadow_latency", model, primary, shadow).observe(seconds)
 
     def shadow_compared(
         self, model: str, primary: str, shadow: str, comparison: Comparison
     ) -> None:
         """Count a comparison, an agreement, and observe the difference."""
-        self.shadow_comparisons.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
+        self._child("shadow_comparisons", model, primary, shadow).inc()
         if comparison.agree:
-            self.shadow_agreements.labels(model, primary, shadow).inc()  # type: ignore[attr-defined]
+            self._child("shadow_agreements", model, primary, shadow).inc()
         if comparison.difference is not None and math.isfinite(comparison.difference):
-            self.shadow_difference.labels(model, primary, shadow).observe(comparison.difference)  # type: ignore[attr-defined]
+            self._child("shadow_difference", model, primary, shadow).observe(comparison.difference)
 
     # BatchListener
     def batch_executed(self, model: str, version: str, size: int) -> None:
         """Observe the size of a batch that ran."""
-        self.batch_size.labels(model, version).observe(size)  # type: ignore[attr-defined]
+        self._child("batch_size", model, version).observe(size)
 
     def request_queued(self, model: str, version: str, seconds: float) -> None:
         """Observe how long a request queued."""
-        self.queue_time.labels(model, version).observe(seconds)  # type: ignore[attr-defined]
+        self._child("queue_time", model, version).observe(seconds)
 
     def queue_depth(self, model: str, version: str, depth: int) -> None:
         """Set the current queue depth."""
-        self.queue_depth_gauge.labels(model, version).set(depth)  # type: ignore[attr-defined]
+        self._child("queue_depth_gauge", model, version).set(depth)
 
     # prediction log
     def prediction_log_dropped(self, count: int) -> None:
         """Count prediction-log records that could not be kept."""
-        self.prediction_log_records.labels("dropped").inc(count)  # type: ignore[attr-defined]
+        self._child("prediction_log_records", "dropped").inc(count)
 
     def prediction_log_written(self, count: int) -> None:
         """Count prediction-log records written."""
-        self.prediction_log_records.labels("written").inc(count)  # type: ignore[attr-defined]
+        self._child("prediction_log_records", "written").inc(count)
 
     def render(self) -> tuple[bytes, str]:
         """Prometheus text for ``/metrics``: all workers in multiprocess mode, else this one."""

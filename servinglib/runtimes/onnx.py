@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from servinglib.errors import ModelLoadError
-from servinglib.model import Model, TensorSpec
-from servinglib.runtimes._tensors import concat_batch, default_threads, split_batch, to_arrays
+from servinglib.model import TensorSpec
+from servinglib.runtimes._base import TensorModel
+from servinglib.runtimes._tensors import default_threads
 
 __all__ = ["ONNX_DATATYPES", "OnnxModel", "choose_providers"]
 
@@ -77,7 +78,7 @@ def _spec(node: Any) -> TensorSpec:
     return TensorSpec(node.name, datatype, shape)
 
 
-class OnnxModel(Model):
+class OnnxModel(TensorModel):
     """Serves an ONNX graph; inputs and outputs come from the graph itself."""
 
     platform = "onnxruntime_onnx"
@@ -122,24 +123,3 @@ class OnnxModel(Model):
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = self.session.run(self._output_names, arrays)
         return dict(zip(self._output_names, results, strict=True))
-
-    def predict(self, features: Any) -> dict[str, np.ndarray]:
-        """Run the graph on ``{input name: tensor}``; returns ``{output name: tensor}``."""
-        return self._run(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
-
-    def prepare(self, features: Any) -> dict[str, np.ndarray]:
-        """Convert and check one request's tensors before it joins a batch."""
-        return to_arrays(self.settings.name, features, self._dtypes, self.inputs)
-
-    def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
-        """One session run for the whole batch when shapes allow, else one run per request."""
-        if not batch:
-            return []
-        arrays = [
-            to_arrays(self.settings.name, features, self._dtypes, self.inputs) for features in batch
-        ]
-        merged = concat_batch(arrays)
-        if merged is None:
-            return [self._run(a) for a in arrays]
-        stacked, sizes = merged
-        return list(split_batch(self._run(stacked), sizes))

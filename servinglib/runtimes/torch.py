@@ -8,15 +8,14 @@ names ``input__0``, ``input__1``, ... as in Triton's PyTorch backend); outputs a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from servinglib.errors import InvalidInputError, ModelLoadError
-from servinglib.model import Model
-from servinglib.runtimes._tensors import concat_batch, default_threads, split_batch, to_arrays
+from servinglib.runtimes._base import TensorModel
+from servinglib.runtimes._tensors import default_threads
 
 __all__ = ["TorchModel"]
 
@@ -43,7 +42,7 @@ def _import_torch() -> Any:
     return torch
 
 
-class TorchModel(Model):
+class TorchModel(TensorModel):
     """Serves a TorchScript or torch.export artifact under ``torch.inference_mode``."""
 
     platform = "pytorch_libtorch"
@@ -93,24 +92,3 @@ class TorchModel(Model):
                 f"the module returned {len(tensors)} outputs; outputs: declares {len(names)}"
             )
         return {name: tensor.numpy() for name, tensor in zip(names, tensors, strict=True)}
-
-    def predict(self, features: Any) -> dict[str, np.ndarray]:
-        """Run the module on ``{input name: tensor}``; returns ``{output name: tensor}``."""
-        return self._run(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
-
-    def prepare(self, features: Any) -> dict[str, np.ndarray]:
-        """Convert and check one request's tensors before it joins a batch."""
-        return to_arrays(self.settings.name, features, self._dtypes, self.inputs)
-
-    def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
-        """One forward pass for the whole batch when shapes allow."""
-        if not batch:
-            return []
-        arrays = [
-            to_arrays(self.settings.name, features, self._dtypes, self.inputs) for features in batch
-        ]
-        merged = concat_batch(arrays)
-        if merged is None:
-            return [self._run(a) for a in arrays]
-        stacked, sizes = merged
-        return list(split_batch(self._run(stacked), sizes))

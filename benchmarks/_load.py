@@ -32,6 +32,7 @@ class LoadResult:
     p99_ms: float
     statuses: dict[int, int]
     p99_ok_ms: float = float("nan")
+    max_ms: float = float("nan")
     p99_ok_ms: float = float("nan")
 
     def row(self) -> str:
@@ -99,6 +100,7 @@ def run_hey(
         _percentile(latencies, 0.99),
         statuses,
         _percentile(accepted, 0.99),
+        latencies[-1] if latencies else float("nan"),
     )
 
 

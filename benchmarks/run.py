@@ -248,7 +248,7 @@ def render(name: str, results: list[LoadResult], command: str) -> str:
             f"At 2x: {two.statuses.get(503, 0)} requests shed with 503, {sum(bad.values())} other "
             f"5xx; p99 of accepted (200) requests {two.p99_ok_ms:.1f} ms vs {one.p99_ok_ms:.1f} ms "
             f"at 1x (**{two.p99_ok_ms / one.p99_ok_ms:.2f}x**, target <= 1.5x); the slowest answers "
-            f"(p99 {two.p99_ms:.0f} ms) stay far inside the 10 s deadline."
+            f"(p99 {two.p99_ms:.0f} ms, slowest {two.max_ms:.0f} ms) stay far inside the 10 s deadline."
         )
     lines += ["", f"<!-- bench:{name}:end -->"]
     return "\n".join(lines)

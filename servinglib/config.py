@@ -8,7 +8,6 @@ Every error names the file, the key path and the fix::
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from servinglib._schema_errors import validate_against_schema
 from servinglib.batching import BatchPolicy
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
@@ -228,63 +228,6 @@ def load_config(
     raw = _apply_env_overrides(raw, os.environ if environ is None else environ)
     validate_against_schema(raw, config_schema(), label)
     return _build(raw, source, label)
-
-
-def validate_against_schema(document: Any, schema: Mapping[str, Any], label: str) -> None:
-    """Raise one :class:`ConfigError` listing every schema violation of ``document``."""
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(document), key=lambda err: list(err.absolute_path))
-    if not errors:
-        return
-    lines = [f"{_key_path(err.absolute_path) or '<top level>'}: {_explain(err)}" for err in errors]
-    if len(lines) == 1:
-        raise ConfigError(
-            _explain(errors[0]), source=label, key_path=_key_path(errors[0].absolute_path)
-        )
-    raise ConfigError(f"{len(lines)} problems:\n  " + "\n  ".join(lines), source=label)
-
-
-def _key_path(parts: Any) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _explain(err: jsonschema.ValidationError) -> str:
-    """Turn a jsonschema error into a sentence that says how to fix it."""
-    schema = err.schema if isinstance(err.schema, dict) else {}
-    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-        allowed = sorted(schema.get("properties", {}))
-        unknown = sorted(set(err.instance) - set(allowed))
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hints.append(
-                f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-            )
-        return "; ".join(hints) + f"; allowed keys: {', '.join(allowed)}"
-    if err.validator == "oneOf" and isinstance(err.instance, dict):
-        both = "class" in err.instance and "runtime" in err.instance
-        return "set either `class` (your Model subclass) or `runtime` (onnx or torch), " + (
-            "not both" if both else "one of them is required"
-        )
-    if err.validator == "required":
-        return f"{err.message}; add it"
-    if err.validator == "pattern":
-        return (
-            f"{err.instance!r} is not allowed here; use lower-case letters, digits, '.', '_' "
-            f"and '-' (pattern {err.validator_value})"
-            if "a-z0-9" in str(err.validator_value)
-            else f"{err.instance!r} does not match {err.validator_value}; expected the form "
-            "`package.module:Class` or `path/file.py:Class`"
-        )
-    if err.validator == "enum":
-        return f"{err.instance!r} is not one of {err.validator_value}"
-    if err.validator == "type":
-        return f"expected {err.validator_value}, got {err.instance!r}"
-    description = schema.get("description")
-    return f"{err.message}" + (f" ({description})" if description else "")
 
 
 def _apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:

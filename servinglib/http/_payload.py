@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from flask import current_app, request
-from werkzeug.exceptions import UnsupportedMediaType
 
 from servinglib.errors import InvalidInputError
 from servinglib.http._json import parse_json
@@ -17,19 +17,9 @@ __all__ = [
     "json_body",
     "model_label",
     "request_priority",
-    "require_json_content_type",
 ]
 
 ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
-
-
-def require_json_content_type() -> None:
-    """Refuse bodies declared as something other than JSON (415); no header means JSON."""
-    mimetype = request.mimetype
-    if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-        raise UnsupportedMediaType(
-            f"content type {mimetype!r} is not supported here; send application/json"
-        )
 
 
 def json_body() -> Any:
@@ -37,9 +27,9 @@ def json_body() -> Any:
     return parse_json(request.get_data(cache=True), current_app.config["SERVINGLIB_MAX_JSON_DEPTH"])
 
 
-def envoy_timeout_ms() -> float | None:
+def envoy_timeout_ms(environ: Mapping[str, Any]) -> float | None:
     """The time Envoy will wait for this request, when Envoy sent it (else None)."""
-    raw = request.headers.get(ENVOY_TIMEOUT_HEADER)
+    raw = environ.get("HTTP_" + ENVOY_TIMEOUT_HEADER.upper().replace("-", "_"))
     try:
         return float(raw) if raw is not None else None
     except ValueError:

@@ -26,7 +26,7 @@ from servinglib.errors import (
 )
 from servinglib.http._context import REQUEST_ID_HEADER, VERSION_HEADER, log_request, request_id_from
 from servinglib.http._json import parse_json
-from servinglib.http._payload import request_priority
+from servinglib.http._payload import envoy_timeout_ms, request_priority
 from servinglib.http.errors import OUTCOMES, status_for
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.selftest import to_plain
@@ -174,7 +174,7 @@ class InferEndpoint:
                 requested_version,
                 request_id=request_id,
                 routing_key=environ.get(_header_key(self._service, model)),
-                timeout_ms=_envoy_timeout_ms(environ),
+                timeout_ms=envoy_timeout_ms(environ),
                 priority=priority,
             )
             answer.version = prediction.version
@@ -257,11 +257,3 @@ def _header_key(service: InferenceService, model: str) -> str:
     except ServinglibError:
         return ""
     return "HTTP_" + header.upper().replace("-", "_")
-
-
-def _envoy_timeout_ms(environ: dict[str, Any]) -> float | None:
-    raw = environ.get("HTTP_X_ENVOY_EXPECTED_RQ_TIMEOUT_MS")
-    try:
-        return float(raw) if raw is not None else None
-    except ValueError:
-        return None

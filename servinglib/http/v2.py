@@ -139,7 +139,7 @@ def model_infer(model: str, version: str | None = None) -> Response:
         version,
         request_id=decoded.id or g.request_id,
         routing_key=request.headers.get(service.routing_header(model)),
-        timeout_ms=envoy_timeout_ms(),
+        timeout_ms=envoy_timeout_ms(request.environ),
         priority=priority,
     )
     g.version = prediction.version

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -25,6 +25,7 @@ from typing import Any
 import jsonschema
 
 from servinglib.errors import SelfTestDataError
+from servinglib.jsonbytes import to_plain
 from servinglib.model import Model, SelfTestCase, Tolerance
 
 __all__ = [
@@ -112,20 +113,6 @@ def load_test_data(version_dir: Path) -> list[SelfTestCase]:
             )
         )
     return cases
-
-
-def to_plain(value: Any) -> Any:
-    """Convert NumPy arrays and scalars (and tuples) into plain JSON-like Python values."""
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return to_plain(tolist())
-    if isinstance(value, Mapping):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value
 
 
 def compare_outputs(expected: Any, actual: Any, tolerance: Tolerance, path: str = "$") -> list[str]:

@@ -8,7 +8,6 @@ BYTES elements are each a 4-byte little-endian length followed by the bytes.
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from servinglib import jsonbytes
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
 from servinglib.http._json import parse_json
 
@@ -345,7 +345,10 @@ def encode_response(
     if request_id is not None:
         body["id"] = request_id
     # NaN and Infinity are not JSON: refuse them rather than emit a body clients cannot parse.
-    header = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    try:
+        header = jsonbytes.dumps(body)
+    except jsonbytes.NonFiniteError as e:
+        raise ValueError(f"model {model!r} returned NaN or Infinity; JSON cannot carry them") from e
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)
@@ -363,11 +366,10 @@ def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
     return np.ascontiguousarray(array, dtype=np.dtype(dtype)).tobytes()
 
 
-def _tensor_json(array: np.ndarray, datatype: str, name: str) -> list[Any]:
+def _tensor_json(array: np.ndarray, datatype: str, name: str) -> Any:
     flat = array.reshape(-1)
     if datatype != "BYTES":
-        values: list[Any] = flat.tolist()
-        return values
+        return np.ascontiguousarray(flat)  # written by orjson directly, no Python floats
     out = []
     for value in flat:
         try:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from servinglib import jsonbytes
 from servinglib.config import ServerConfig
 from servinglib.errors import (
     InvalidInputError,
@@ -29,7 +30,6 @@ from servinglib.http._json import parse_json
 from servinglib.http._payload import envoy_timeout_ms, request_priority
 from servinglib.http.errors import OUTCOMES, status_for
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.selftest import to_plain
 from servinglib.service import InferenceService
 
 __all__ = ["InferEndpoint"]
@@ -226,14 +226,9 @@ class InferEndpoint:
 
 
 def _encode(model: str, version: str, output: Any, request_id: str) -> bytes:
-    payload = {
-        "model_id": model,
-        "version": version,
-        "output": to_plain(output),
-        "request_id": request_id,
-    }
+    payload = {"model_id": model, "version": version, "output": output, "request_id": request_id}
     try:
-        return json.dumps(payload, allow_nan=False).encode()
+        return jsonbytes.dumps(payload)
     except (TypeError, ValueError) as e:
         error_id = uuid.uuid4().hex[:12]
         log.error(

@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from servinglib import jsonbytes
 from servinglib.config import PredictionLogConfig
 from servinglib.errors import ConfigError
-from servinglib.selftest import to_plain
+from servinglib.jsonbytes import to_plain
 
 __all__ = ["PostgresSink", "PredictionLogger", "PredictionRecord", "SqliteSink", "open_sink"]
 
@@ -83,10 +84,18 @@ class PredictionRecord:
             self.model,
             self.version,
             self.shadow_of,
-            json.dumps(to_plain(self.features), default=str),
-            json.dumps(to_plain(self.output), default=str),
+            _json_text(self.features),
+            _json_text(self.output),
             self.latency_ms,
         )
+
+
+def _json_text(value: Any) -> str:
+    """JSON text of a logged value; NaN and Infinity are kept as JavaScript literals."""
+    try:
+        return jsonbytes.dumps(value, default=str).decode()
+    except jsonbytes.NonFiniteError:
+        return json.dumps(to_plain(value), default=str)
 
 
 class Sink(Protocol):

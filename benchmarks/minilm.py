@@ -91,9 +91,8 @@ def servinglib_service(workdir: Path, features: dict[str, list[list[int]]]) -> P
     )
     config = workdir / "minilm" / "servinglib.yaml"
     config.write_text(
-        "service: bench-minilm\nserver: {workers: 1, threads: 64, log_level: warning}\n"
+        "service: bench-minilm\nserver: {workers: 2, threads: 32, log_level: warning}\n"
         "models:\n  - name: minilm\n    runtime: onnx\n    repository: models\n    default_version: '1'\n"
-        "    runtime_options: {intra_op_threads: 2}\n"
         "    batching: {max_batch_size: 32, max_queue_delay_us: 2000, max_queue_size: 256}\n"
     )
     return config
@@ -113,7 +112,7 @@ def main() -> int:
         workdir = Path(tmp)
         env = _env(BENCH_ONNX=str(MODEL / "model.onnx"), BENCH_THREADS="2")
         starts = {
-            "servinglib (1 worker, batching)": lambda: _servinglib(
+            "servinglib (2 workers, batching)": lambda: _servinglib(
                 servinglib_service(workdir, features), workdir
             ),
             "seed FastAPI + ThreadPoolExecutor(8)": lambda: _peer(
@@ -188,7 +187,7 @@ def _peer(command: list[str], workdir: Path, env: dict[str, str]) -> Server:
 def render(
     limit: dict[str, float], results: dict[str, list[LoadResult]], command: str, length: int
 ) -> str:
-    ours = results["servinglib (1 worker, batching)"]
+    ours = results["servinglib (2 workers, batching)"]
     by_c = {r.concurrency: r for r in ours[: len(CONCURRENCY)]}
     seed = {r.concurrency: r for r in results["seed FastAPI + ThreadPoolExecutor(8)"]}
     flask = {r.concurrency: r for r in results["naive Flask + gunicorn (gthread 8)"]}

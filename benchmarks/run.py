@@ -1,12 +1,16 @@
 """Serving benchmarks, side by side in one run; results go to docs/benchmarks.md.
 
-    python benchmarks/run.py                 # every scenario (about 8 minutes on 2 cores)
+    python benchmarks/run.py                 # every scenario (about 20 minutes on 2 cores)
     python benchmarks/run.py --only trivial --seconds 5
+    python benchmarks/run.py --skip-peers    # without MLServer and LitServe
 
 Scenarios (the load generator is Debian's `hey`, on the same machine):
 * trivial: serving overhead on a sum-of-16-floats model at concurrency 8: servinglib (metrics
-  and JSON request log on) vs the naive Flask + gunicorn app vs the seed's FastAPI + uvicorn +
-  ThreadPoolExecutor design;
+  and JSON request log on) vs the naive Flask + gunicorn app, the seed's FastAPI + uvicorn +
+  ThreadPoolExecutor design, and MLServer and LitServe (as shipped and tuned), the last two
+  installed on first use in their own venvs under .venv-peers/ (benchmarks/peers/);
+* minilm: MiniLM INT8 at concurrency 1-64 against the in-process limit and five peers, with
+  a plot (benchmarks/minilm.py);
 * shadow: latency cost of shadowing every request to a version 10x slower than the primary;
 * overload: a fixed-cost model at 1x and 2x its saturation throughput, bounded queue.
 """
@@ -20,11 +24,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _load import LoadResult, Server, free_port, median_of, run_hey
+from _load import LoadResult, Server, free_port, median_of, pooled, run_hey
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -54,25 +60,64 @@ def start_servinglib(config: Path, workdir: Path, workers: int = 2, threads: int
     return Server(command, port, "/readyz", workdir, _env())
 
 
-def scenario_trivial(seconds: float, repeats: int, workdir: Path) -> list[LoadResult]:
-    servers = {
-        "servinglib (gunicorn gthread 2x8, metrics + JSON log)": lambda: start_servinglib(
-            ROOT / "benchmarks/services/trivial/servinglib.yaml", workdir
+def scenario_trivial(
+    seconds: float, repeats: int, workdir: Path, skip_peers: bool = False
+) -> list[LoadResult]:
+    """Serving overhead, each setup in turn; the median of ``repeats`` runs is kept."""
+    servers: dict[str, tuple[Callable[[], Server], str, Any]] = {
+        "servinglib (gunicorn gthread 2x8, metrics + JSON log)": (
+            lambda: start_servinglib(ROOT / "benchmarks/services/trivial/servinglib.yaml", workdir),
+            "/infer",
+            TRIVIAL_BODY,
         ),
-        "naive Flask + gunicorn (gthread 2x8)": lambda: _gunicorn_peer(workdir),
-        "seed design: FastAPI + uvicorn (2 workers) + ThreadPoolExecutor(8)": lambda: _uvicorn_peer(
-            workdir
+        "naive Flask + gunicorn (gthread 2x8)": (
+            lambda: _gunicorn_peer(workdir),
+            "/infer",
+            TRIVIAL_BODY,
+        ),
+        "seed design: FastAPI + uvicorn (2 workers) + ThreadPoolExecutor(8)": (
+            lambda: _uvicorn_peer(workdir),
+            "/infer",
+            TRIVIAL_BODY,
         ),
     }
+    if not skip_peers:
+        from peers.batching_peers import request_body, start_litserve, start_mlserver
+
+        features = TRIVIAL_BODY["features"]
+        for label, start, peer, env in (
+            (
+                "MLServer 1.7.1 as shipped (1 inference worker, metrics on)",
+                start_mlserver,
+                "mlserver",
+                {"BENCH_MLSERVER_WORKERS": "1", "BENCH_MLSERVER_METRICS": "1"},
+            ),
+            (
+                "MLServer 1.7.1 tuned (inference in the server process, metrics off)",
+                start_mlserver,
+                "mlserver",
+                {},
+            ),
+            (
+                "LitServe 0.2.19 as shipped (1 API server)",
+                start_litserve,
+                "litserve",
+                {"BENCH_LITSERVE_API_SERVERS": "1"},
+            ),
+            ("LitServe 0.2.19 tuned (2 API servers)", start_litserve, "litserve", {}),
+        ):
+            path, body = request_body(peer, "trivial", features)
+            servers[label] = (
+                lambda s=start, e=env: s("trivial", workdir, _env(**e)),
+                path,
+                body,
+            )
     results = []
-    for label, start in servers.items():
+    for label, (start, path, body) in servers.items():
         server = start()
         try:
-            run_hey(label, f"{server.url}/infer", TRIVIAL_BODY, 8, 2)  # warm-up, discarded
-            runs = [
-                run_hey(label, f"{server.url}/infer", TRIVIAL_BODY, 8, seconds)
-                for _ in range(repeats)
-            ]
+            run_hey(label, server.url + path, body, 8, 2)  # warm-up, discarded
+            runs = [run_hey(label, server.url + path, body, 8, seconds) for _ in range(repeats)]
             results.append(median_of(runs))
         finally:
             server.stop()
@@ -127,7 +172,7 @@ def _shadow_service(workdir: Path, shadow: bool) -> Path:
 
 
 def scenario_shadow(seconds: float, repeats: int, workdir: Path) -> list[LoadResult]:
-    """Both servers run side by side; runs alternate between them and the median is kept."""
+    """Both servers run side by side; runs alternate between them; latencies are pooled."""
     body = {"model_id": "scorer", "features": {"x": 1.0}}
     labels = {False: "no shadow", True: "shadow 100% to a 10x slower version"}
     servers = {
@@ -148,13 +193,7 @@ def scenario_shadow(seconds: float, repeats: int, workdir: Path) -> list[LoadRes
     finally:
         for server in servers.values():
             server.stop()
-    return [_median_latency(runs[False]), _median_latency(runs[True])]
-
-
-def _median_latency(results: list[LoadResult]) -> LoadResult:
-    """The run with the median p99 of several repeats."""
-    ordered = sorted(results, key=lambda r: r.p99_ms)
-    return ordered[len(ordered) // 2]
+    return [pooled(runs[False]), pooled(runs[True])]
 
 
 def scenario_overload(seconds: float, workdir: Path) -> list[LoadResult]:
@@ -202,7 +241,7 @@ def render(name: str, results: list[LoadResult], command: str) -> str:
     """One scenario's section, between markers so other scenarios' sections survive a rerun."""
     lines = [f"<!-- bench:{name}:start -->"]
     if name == "trivial":
-        ours, flask, seed = results
+        ours, flask, seed, *peers = results
         lines += ["### Serving overhead (sum of 16 floats, concurrency 8)", ""]
     elif name == "shadow":
         plain, shadowed = results
@@ -225,10 +264,10 @@ def render(name: str, results: list[LoadResult], command: str) -> str:
         "",
     ]
     if name == "trivial":
-        lines.append(
-            f"servinglib / naive Flask = **{ours.rps / flask.rps:.2f}x** requests/s; "
-            f"servinglib / seed FastAPI design = **{ours.rps / seed.rps:.2f}x**."
-        )
+        ratios = [f"naive Flask **{ours.rps / flask.rps:.2f}x** (bar 1x)"]
+        ratios.append(f"seed FastAPI design **{ours.rps / seed.rps:.2f}x**")
+        ratios += [f"{p.label} **{ours.rps / p.rps:.2f}x** (bar 3x)" for p in peers]
+        lines.append("servinglib requests/s against: " + "; ".join(ratios) + ".")
     elif name == "shadow":
         lines.append(
             f"Added latency: p50 **{shadowed.p50_ms - plain.p50_ms:+.2f} ms** (target <= 1 ms), "
@@ -275,7 +314,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["trivial", "shadow", "overload"], action="append")
+    parser.add_argument(
+        "--only", choices=["trivial", "minilm", "shadow", "overload"], action="append"
+    )
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each measured run")
     parser.add_argument(
         "--repeats", type=int, default=3, help="repeats of the trivial runs (median kept)"
@@ -283,13 +324,29 @@ def main() -> int:
     parser.add_argument(
         "--overload-seconds", type=float, default=60.0, help="length of each overload run"
     )
+    parser.add_argument(
+        "--skip-peers", action="store_true", help="without MLServer and LitServe (own venvs)"
+    )
+    parser.add_argument(
+        "--minilm-seconds", type=float, default=8.0, help="length of each MiniLM run"
+    )
     args = parser.parse_args()
-    chosen = args.only or ["trivial", "shadow", "overload"]
+    chosen = args.only or ["trivial", "minilm", "shadow", "overload"]
+    if "minilm" in chosen:  # its own module: it writes its own section and plot
+        import minilm
+
+        minilm.run(
+            args.minilm_seconds,
+            args.skip_peers,
+            "python benchmarks/run.py " + " ".join(sys.argv[1:]),
+        )
     sections: dict[str, list[LoadResult]] = {}
     with tempfile.TemporaryDirectory(prefix="servinglib-bench-") as tmp:
         workdir = Path(tmp)
         if "trivial" in chosen:
-            sections["trivial"] = scenario_trivial(args.seconds, args.repeats, workdir)
+            sections["trivial"] = scenario_trivial(
+                args.seconds, args.repeats, workdir, args.skip_peers
+            )
         if "shadow" in chosen:
             sections["shadow"] = scenario_shadow(args.seconds, args.repeats, workdir)
         if "overload" in chosen:

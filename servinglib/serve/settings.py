@@ -24,7 +24,7 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "bind": [f"{server.host}:{server.port}"],
         "workers": server.workers,
         "threads": server.threads,
-        "worker_class": "gthread",
+        "worker_class": "servinglib.serve.worker.LingeringThreadWorker",
         "timeout": server.timeout_s,
         "graceful_timeout": server.graceful_timeout_s,
         "keepalive": server.keepalive_s,

@@ -1,0 +1,91 @@
+"""The worker keeps a busy keep-alive connection on its thread, but never starves a new one."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+BODY = json.dumps({"model_id": "scorer", "version": "1", "features": {"x": 2.0}})
+
+
+def _connection(url: str) -> http.client.HTTPConnection:
+    parsed = urlparse(url)
+    return http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+
+
+def _infer(connection: http.client.HTTPConnection) -> dict[str, Any]:
+    connection.request("POST", "/infer", BODY, {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    body = response.read()
+    assert response.status == 200, body
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def test_back_to_back_and_pipelined_requests_on_one_connection(
+    start_server: Any, service_config: Path
+) -> None:
+    server = start_server(service_config, "--workers", "1", "--threads", "4")
+    connection = _connection(server.url)
+    outputs = [_infer(connection)["output"] for _ in range(200)]
+    assert outputs == [{"score": 4.0}] * 200
+    connection.close()
+
+    # Two requests in one packet: both are answered, in order, on the same connection.
+    request = (
+        f"POST /infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n{BODY}"
+    ).encode()
+    parsed = urlparse(server.url)
+    with socket.create_connection((parsed.hostname, parsed.port), timeout=30) as sock:
+        sock.sendall(request + request)
+        received = b""
+        deadline = time.monotonic() + 30
+        while received.count(b'"score"') < 2 and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    assert received.count(b"HTTP/1.1 200") == 2, received
+
+
+def test_busy_connections_never_starve_a_new_one(start_server: Any, service_config: Path) -> None:
+    """Two threads, two connections hammering back to back: a third client is still served."""
+    server = start_server(service_config, "--workers", "1", "--threads", "2")
+    stop = threading.Event()
+    counts = [0, 0]
+
+    def hammer(i: int) -> None:
+        connection = _connection(server.url)
+        while not stop.is_set():
+            _infer(connection)
+            counts[i] += 1
+        connection.close()
+
+    hammers = [threading.Thread(target=hammer, args=(i,)) for i in range(2)]
+    for thread in hammers:
+        thread.start()
+    try:
+        time.sleep(1.0)
+        assert min(counts) > 0, "both hammering connections are served"
+        started = time.monotonic()
+        newcomer = _connection(server.url)
+        assert _infer(newcomer)["output"] == {"score": 4.0}
+        waited = time.monotonic() - started
+        newcomer.close()
+    finally:
+        stop.set()
+        for thread in hammers:
+            thread.join(30)
+    # Without the connections <= threads rule the newcomer would wait for a hammer to stop.
+    assert waited < 2.0, f"a new connection waited {waited:.2f} s for a thread"

@@ -8,8 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from servinglib.errors import ModelLoadError
 from servinglib.model import Model
-from servinglib.runtimes._tensors import concat_batch, split_batch, to_arrays
+from servinglib.runtimes._tensors import (
+    concat_batch,
+    pad_sequences,
+    split_batch,
+    to_arrays,
+    trim_sequences,
+)
 
 __all__ = ["TensorModel"]
 
@@ -27,6 +34,17 @@ class TensorModel(Model):
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the framework on a dict of input arrays (batch on axis 0)."""
 
+    def _check_pad_inputs(self) -> None:
+        """Refuse ``runtime_options.pad_inputs`` naming inputs the model does not have."""
+        pads = self.settings.runtime_options.get("pad_inputs") or {}
+        unknown = sorted(set(pads) - {spec.name for spec in self.inputs})
+        if unknown:
+            raise ModelLoadError(
+                f"runtime_options.pad_inputs names {unknown}, which model "
+                f"{self.settings.name!r} does not take; its inputs are "
+                f"{[spec.name for spec in self.inputs]}"
+            )
+
     def prepare(self, features: Any) -> dict[str, np.ndarray]:
         """Convert and check one request's tensors before it joins a batch."""
         if type(features) is _Prepared:
@@ -40,13 +58,24 @@ class TensorModel(Model):
     def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
         """One run for the whole batch when shapes allow, else one run per request.
 
+        With ``runtime_options.pad_inputs`` (e.g. ``{input_ids: 0, attention_mask: 0}``),
+        sequences of different lengths are padded along axis 1 to the batch's longest, and
+        per-token outputs are cut back to each request's own length.
+
         (``prepare`` returns what it already prepared at once.)
         """
         if not batch:
             return []
-        arrays = [self.prepare(features) for features in batch]
+        arrays: list[dict[str, np.ndarray]] = [self.prepare(features) for features in batch]
+        pads = self.settings.runtime_options.get("pad_inputs")
+        padded = pad_sequences(arrays, pads) if pads and len(arrays) > 1 else None
+        if padded is not None:
+            arrays = padded[0]
         merged = concat_batch(arrays)
         if merged is None:
             return [self._run(a) for a in arrays]
         stacked, sizes = merged
-        return list(split_batch(self._run(stacked), sizes))
+        outputs = split_batch(self._run(stacked), sizes)
+        if padded is not None:
+            outputs = trim_sequences(outputs, padded[1], padded[2])
+        return list(outputs)

@@ -11,7 +11,14 @@ import numpy as np
 from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
 
-__all__ = ["concat_batch", "default_threads", "split_batch", "to_arrays"]
+__all__ = [
+    "concat_batch",
+    "default_threads",
+    "pad_sequences",
+    "split_batch",
+    "to_arrays",
+    "trim_sequences",
+]
 
 
 def default_threads(workers: int) -> int:
@@ -93,3 +100,52 @@ def split_batch(
     bounds = np.cumsum(sizes)[:-1]
     pieces = {name: np.split(array, bounds, axis=0) for name, array in outputs.items()}
     return [{name: pieces[name][i] for name in outputs} for i in range(len(sizes))]
+
+
+def pad_sequences(
+    batch: Sequence[Mapping[str, np.ndarray]], pad_values: Mapping[str, float]
+) -> tuple[list[dict[str, np.ndarray]], int, list[int]] | None:
+    """Pad the inputs named in ``pad_values`` along axis 1 to the batch's longest sequence.
+
+    Returns the padded requests, the padded length and each request's own length, or None
+    when nothing needs padding (every sequence is as long, or no input is named).
+    """
+    names = [n for n in pad_values if all(n in item and item[n].ndim >= 2 for item in batch)]
+    if not names:
+        return None
+    lengths = [int(item[names[0]].shape[1]) for item in batch]
+    if any(
+        int(item[n].shape[1]) != length
+        for n in names
+        for item, length in zip(batch, lengths, strict=True)
+    ):
+        return None  # padded inputs of one request disagree: let the model complain alone
+    longest = max(lengths)
+    if min(lengths) == longest:
+        return None
+    padded = []
+    for item, length in zip(batch, lengths, strict=True):
+        copy = dict(item)
+        if length < longest:
+            for name in names:
+                array = item[name]
+                width = [(0, 0)] * array.ndim
+                width[1] = (0, longest - length)
+                copy[name] = np.pad(array, width, constant_values=pad_values[name])
+        padded.append(copy)
+    return padded, longest, lengths
+
+
+def trim_sequences(
+    outputs: list[dict[str, np.ndarray]], longest: int, lengths: Sequence[int]
+) -> list[dict[str, np.ndarray]]:
+    """Cut per-token outputs (axis 1 as long as the padded batch) back to each request's length."""
+    trimmed = []
+    for answer, length in zip(outputs, lengths, strict=True):
+        trimmed.append(
+            {
+                name: array[:, :length] if array.ndim >= 2 and array.shape[1] == longest else array
+                for name, array in answer.items()
+            }
+        )
+    return trimmed

@@ -122,6 +122,7 @@ class OnnxModel(TensorModel):
             for node in self.session.get_inputs()
         }
         self._output_names = [node.name for node in self.session.get_outputs()]
+        self._check_pad_inputs()
 
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = self.session.run(self._output_names, arrays)

@@ -76,6 +76,7 @@ class TorchModel(TensorModel):
             spec.name: np.dtype(_NUMPY_DTYPES.get(spec.datatype, "float32")) for spec in self.inputs
         } or {"input__0": np.dtype("float32")}
         self._output_names = [spec.name for spec in self.outputs]
+        self._check_pad_inputs()
 
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self._torch

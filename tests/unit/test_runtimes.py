@@ -163,3 +163,97 @@ def test_class_and_runtime_are_exclusive(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace("runtime: onnx", "runtime: onnx\n    class: a:B"))
     with pytest.raises(ConfigError, match="not both"):
         load_config(config, environ={})
+
+
+def write_masked_mean_onnx(path: Path) -> None:
+    """pooled = sum(tokens * mask) / sum(mask) over the sequence; per_token = 2 * tokens * mask."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["tokens", "mask"], ["masked"]),
+            helper.make_node("ReduceSum", ["masked", "axis"], ["total"], keepdims=0),
+            helper.make_node("ReduceSum", ["mask", "axis"], ["count"], keepdims=0),
+            helper.make_node("Div", ["total", "count"], ["pooled"]),
+            helper.make_node("Mul", ["masked", "two"], ["per_token"]),
+        ],
+        "masked_mean",
+        [
+            helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["batch", "sequence"]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "sequence"]),
+        ],
+        [
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch"]),
+            helper.make_tensor_value_info("per_token", TensorProto.FLOAT, ["batch", "sequence"]),
+        ],
+        [
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "axis"),
+            numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(path))
+
+
+def _masked_mean_record(tmp_path: Path, pads: str) -> Any:
+    version = tmp_path / "models" / "pool" / "1"
+    version.mkdir(parents=True)
+    write_masked_mean_onnx(version / "model.onnx")
+    case = {"tokens": [[1.0, 3.0]], "mask": [[1.0, 1.0]]}
+    expected_output = {"pooled": [2.0], "per_token": [[2.0, 6.0]]}
+    (version / "test_data.json").write_text(
+        json.dumps({"cases": [{"input": case, "expected": expected_output}]})
+    )
+    config = tmp_path / "servinglib.yaml"
+    config.write_text(
+        "service: s\nmodels:\n  - name: pool\n    runtime: onnx\n    repository: models/pool\n"
+        f"    default_version: '1'\n    runtime_options: {{intra_op_threads: 1{pads}}}\n"
+    )
+    registry = ModelRegistry(load_config(config, environ={}))
+    registry.load_all()
+    return registry.record("pool", "1")
+
+
+def test_sequences_of_different_lengths_are_padded_into_one_run(tmp_path: Path) -> None:
+    record = _masked_mean_record(tmp_path, ", pad_inputs: {tokens: 0, mask: 0}")
+    assert record.state is VersionState.READY, record.reason
+    model = record.instance
+    requests = [
+        {"tokens": [[1.0, 2.0]], "mask": [[1.0, 1.0]]},
+        {"tokens": [[4.0, 4.0, 4.0, 8.0]], "mask": [[1.0, 1.0, 1.0, 1.0]]},
+        {"tokens": [[3.0, 6.0, 9.0]], "mask": [[1.0, 1.0, 1.0]]},
+    ]
+    runs: list[tuple[int, ...]] = []
+    real_run = model._run
+
+    def counting_run(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        runs.append(arrays["tokens"].shape)
+        return real_run(arrays)
+
+    model._run = counting_run
+    outputs = model.predict_batch([model.prepare(r) for r in requests])
+    assert runs == [(3, 4)], "one run for the whole batch, padded to the longest sequence"
+    alone = [real_run(model.prepare(r)) for r in requests]
+    for got, want in zip(outputs, alone, strict=True):
+        np.testing.assert_allclose(got["pooled"], want["pooled"], rtol=1e-6)
+        assert got["per_token"].shape == want["per_token"].shape  # cut back to its own length
+        np.testing.assert_allclose(got["per_token"], want["per_token"], rtol=1e-6)
+    assert [o["pooled"].tolist() for o in outputs] == [[1.5], [5.0], [6.0]]
+
+
+def test_without_pad_inputs_different_lengths_run_one_by_one(tmp_path: Path) -> None:
+    record = _masked_mean_record(tmp_path, "")
+    model = record.instance
+    requests = [
+        {"tokens": [[1.0, 2.0]], "mask": [[1.0, 1.0]]},
+        {"tokens": [[3.0, 6.0, 9.0]], "mask": [[1.0, 1.0, 1.0]]},
+    ]
+    outputs = model.predict_batch([model.prepare(r) for r in requests])
+    assert [o["pooled"].tolist() for o in outputs] == [[1.5], [6.0]]
+
+
+def test_pad_inputs_naming_an_unknown_input_fails_the_version(tmp_path: Path) -> None:
+    record = _masked_mean_record(tmp_path, ", pad_inputs: {input_ids: 0}")
+    assert record.state is VersionState.FAILED
+    assert "pad_inputs names ['input_ids']" in record.reason

@@ -7,6 +7,7 @@ log) and the shadow router. Everything after the model call is non-blocking.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -38,6 +39,7 @@ __all__ = [
     "PredictionRecorder",
     "ServiceListener",
     "ShadowSubmitter",
+    "run_followups",
 ]
 
 log = logging.getLogger("servinglib.service")
@@ -176,8 +178,13 @@ class InferenceService:
         routing_key: str | None = None,
         timeout_ms: float | None = None,
         priority: int | None = None,
+        after_response: list[Callable[[], None]] | None = None,
     ) -> Prediction:
         """Answer a LyftLearn-style request: ``features`` checked against ``input_schema``.
+
+        With ``after_response``, work that must not delay the answer (shadow copies) is
+        appended there for the caller to run once the response is sent; without it, it is
+        queued at once.
 
         Raises:
             ModelNotFoundError, VersionNotFoundError, ModelNotReadyError: routing failed.
@@ -197,7 +204,7 @@ class InferenceService:
                 self._rejected(model, field)
                 where = "features." + ".".join(path) if path else "features"
                 raise InvalidInputError(f"{where}: {error.message}", field=field)
-        return self._call(record, features, request_id, deadline, priority)
+        return self._call(record, features, request_id, deadline, priority, after_response)
 
     def infer_tensors(
         self,
@@ -209,8 +216,12 @@ class InferenceService:
         routing_key: str | None = None,
         timeout_ms: float | None = None,
         priority: int | None = None,
+        after_response: list[Callable[[], None]] | None = None,
     ) -> Prediction:
-        """Answer an Open Inference request: tensors checked against the model's declared inputs."""
+        """Answer an Open Inference request: tensors checked against the model's declared inputs.
+
+        ``after_response`` as for :meth:`infer`.
+        """
         deadline = self._deadline(model, timeout_ms)
         record = self.route(model, version, routing_key)
         assert record.instance is not None  # READY implies loaded
@@ -219,7 +230,7 @@ class InferenceService:
         except InvalidInputError as e:
             self._rejected(model, e.field or "inputs", record)
             raise
-        return self._call(record, dict(tensors), request_id, deadline, priority)
+        return self._call(record, dict(tensors), request_id, deadline, priority, after_response)
 
     def _rejected(self, model: str, field: str, record: VersionRecord | None = None) -> None:
         """Count a rejected input; fields outside the schema or tensor names become ``_other``."""
@@ -276,6 +287,7 @@ class InferenceService:
         request_id: str,
         deadline: float | None = None,
         priority: int | None = None,
+        after_response: list[Callable[[], None]] | None = None,
     ) -> Prediction:
         instance = record.instance
         assert instance is not None
@@ -323,9 +335,19 @@ class InferenceService:
                 request_id, record.model, record.version, features, output, elapsed
             )
         if self._shadows is not None:
-            self._shadows.submit(
-                record.model, record.version, features, output, request_id, log_answer=logged
+            copy = functools.partial(
+                self._shadows.submit,
+                record.model,
+                record.version,
+                features,
+                output,
+                request_id,
+                log_answer=logged,
             )
+            if after_response is None:
+                copy()
+            else:
+                after_response.append(copy)
         return Prediction(record.model, record.version, output, elapsed)
 
     def release(self, model: str, version: str) -> None:
@@ -343,6 +365,15 @@ class InferenceService:
             executors = [e for e in self._executors.values() if e is not None]
         for executor in executors:
             executor.close(timeout_s)
+
+
+def run_followups(followups: list[Callable[[], None]]) -> None:
+    """Run the work ``infer(after_response=...)`` deferred; failures are logged, never raised."""
+    for followup in followups:
+        try:
+            followup()
+        except Exception:
+            log.exception("work deferred until after the response failed")
 
 
 def _one_at_a_time(model: Model) -> Callable[[list[Any]], list[Any]]:

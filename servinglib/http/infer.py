@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from servinglib.http._json import parse_json
 from servinglib.http._payload import envoy_timeout_ms, request_priority
 from servinglib.http.errors import OUTCOMES, status_for
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.service import InferenceService
+from servinglib.service import InferenceService, run_followups
 
 __all__ = ["InferEndpoint"]
 
@@ -131,8 +131,9 @@ class InferEndpoint:
         request_id = request_id_from(environ)
         in_flight = self._metrics.in_flight_gauge("infer")
         in_flight.inc()
+        followups: list[Callable[[], None]] = []
         try:
-            answer = self._answer(environ, request_id)
+            answer = self._answer(environ, request_id, followups)
         finally:
             in_flight.dec()
         elapsed = time.perf_counter() - started
@@ -153,9 +154,11 @@ class InferEndpoint:
         if answer.version:
             headers.append((VERSION_HEADER, answer.version))
         start_response(f"{answer.status} {_REASONS.get(answer.status, 'ERROR')}", headers)
-        return [answer.body]
+        return _Body(answer.body, followups)
 
-    def _answer(self, environ: dict[str, Any], request_id: str) -> _Answer:
+    def _answer(
+        self, environ: dict[str, Any], request_id: str, followups: list[Callable[[], None]]
+    ) -> _Answer:
         """Everything between the bytes in and the bytes out; never raises."""
         answer = _Answer()
         try:
@@ -176,6 +179,7 @@ class InferEndpoint:
                 routing_key=environ.get(_header_key(self._service, model)),
                 timeout_ms=envoy_timeout_ms(environ),
                 priority=priority,
+                after_response=followups,
             )
             answer.version = prediction.version
             answer.body = _encode(
@@ -223,6 +227,25 @@ class InferEndpoint:
         if len(data) > self._max_body:
             raise _HttpError(413, self._too_large)
         return data
+
+
+class _Body:
+    """The response body; the server calls ``close`` once it is sent, which runs the followups.
+
+    Shadow copies start only after the client has its answer, so they never compete with
+    the request they copy.
+    """
+
+    def __init__(self, body: bytes, followups: list[Callable[[], None]]) -> None:
+        self._body = body
+        self._followups = followups
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self._body
+
+    def close(self) -> None:
+        """Run the work deferred until after the response (never raises)."""
+        run_followups(self._followups)
 
 
 def _encode(model: str, version: str, output: Any, request_id: str) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from importlib.metadata import version as package_version
 from typing import Any
 
@@ -16,7 +17,7 @@ from servinglib.http._payload import envoy_timeout_ms, json_body, model_label, r
 from servinglib.http._v2_codec import decode_request, encode_response
 from servinglib.model import TensorSpec
 from servinglib.registry import VersionState
-from servinglib.service import InferenceService
+from servinglib.service import InferenceService, run_followups
 
 __all__ = ["HEADER_LENGTH", "v2_blueprint"]
 
@@ -133,6 +134,7 @@ def model_infer(model: str, version: str | None = None) -> Response:
         max_depth=current_app.config["SERVINGLIB_MAX_JSON_DEPTH"],
     )
     priority = request_priority(decoded.parameters.get("priority"))
+    followups: list[Callable[[], None]] = []
     prediction = service.infer_tensors(
         model,
         decoded.inputs,
@@ -141,6 +143,7 @@ def model_infer(model: str, version: str | None = None) -> Response:
         routing_key=request.headers.get(service.routing_header(model)),
         timeout_ms=envoy_timeout_ms(request.environ),
         priority=priority,
+        after_response=followups,
     )
     g.version = prediction.version
     try:
@@ -166,9 +169,11 @@ def model_infer(model: str, version: str | None = None) -> Response:
         )
         raise PredictionError(model, prediction.version, error_id) from e
     if json_length is None:
-        return Response(payload, 200, mimetype="application/json")
-    response = Response(payload, 200, mimetype="application/octet-stream")
-    response.headers[HEADER_LENGTH] = str(json_length)
+        response = Response(payload, 200, mimetype="application/json")
+    else:
+        response = Response(payload, 200, mimetype="application/octet-stream")
+        response.headers[HEADER_LENGTH] = str(json_length)
+    response.call_on_close(lambda: run_followups(followups))  # shadows start after the answer
     return response
 
 

@@ -149,3 +149,36 @@ def test_sampling_and_same_version_are_skipped(tmp_path: Path) -> None:
     assert (
         len(recorder.finished) == 2
     )  # draws 0.1 and 0.2 hit the 25% sample; v1 never shadows itself
+
+
+def test_shadow_copies_start_only_after_the_response_is_sent(tmp_path: Path) -> None:
+    """The WSGI body's close(), called by the server after writing it, submits the copy."""
+    import io
+    import json
+
+    from servinglib.http.app import create_app
+    from servinglib.monitoring.metrics import ServingMetrics
+    from servinglib.service import InferenceService
+
+    registry = registry_with(tmp_path, "      - {version: '4'}\n")
+    recorder = Recorder()
+    router = ShadowRouter(registry, listener=recorder)
+    app = create_app(InferenceService(registry, shadows=router), ServingMetrics())
+    body = json.dumps({"model_id": "scorer", "features": {"x": 3}}).encode()
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/infer",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body)),
+        "wsgi.input": io.BytesIO(body),
+    }
+    statuses: list[str] = []
+    response = app(environ, lambda status, headers: statuses.append(status))
+    assert json.loads(b"".join(response))["output"] == {"score": 6.0}
+    assert statuses == ["200 OK"]
+    time.sleep(0.3)  # a copy submitted with the answer would have finished by now
+    assert recorder.finished == []
+    response.close()  # what gunicorn does once the body is written
+    recorder.wait_for(1)
+    router.close()
+    assert recorder.finished == ["ok"]

@@ -300,9 +300,11 @@ class InferenceService:
                     raise DeadlineExceededError("the request deadline passed before the model ran")
                 output = instance.predict(payload)
             else:
-                with executor.incoming():  # lets the batcher wait for this request
+                with executor.incoming() as arrival:  # lets the batcher wait for it
                     payload = instance.prepare(features)  # validated before it joins a batch
-                    future = executor.submit(payload, priority=priority, deadline=deadline)
+                    future = executor.submit(
+                        payload, priority=priority, deadline=deadline, arrival=arrival
+                    )
                 remaining = None if deadline is None else max(0.0, deadline - self._clock())
                 try:
                     output = future.result(timeout=remaining)

@@ -79,6 +79,26 @@ def test_a_lone_request_is_never_taxed_with_the_delay() -> None:
     assert future.result() == 42
 
 
+def test_an_announced_request_stops_being_awaited_when_it_is_submitted() -> None:
+    batcher, _, _ = manual(BatchPolicy(max_batch_size=32, max_queue_delay_us=1_000_000))
+    with batcher.incoming() as arrival:
+        future = batcher.submit(21, arrival=arrival)
+        # Still inside its own announcement, yet nobody else is coming: no waiting.
+        assert drain(batcher) == [[21]]
+    assert future.result() == 42
+    with batcher.incoming() as first, batcher.incoming():
+        batcher.submit(1, arrival=first)
+        assert batcher.next_batch(timeout=0) is None  # the second one is still on its way
+
+
+def test_a_refused_announced_request_is_no_longer_awaited() -> None:
+    batcher, _, _ = manual(BatchPolicy(max_batch_size=8, max_queue_size=1))
+    batcher.submit(1)
+    with pytest.raises(OverloadedError), batcher.incoming() as arrival:
+        batcher.submit(2, arrival=arrival)
+    assert drain(batcher) == [[1]]  # not waiting for the refused request
+
+
 def test_preferred_batch_sizes_dispatch_early() -> None:
     batcher, _, _ = manual(
         BatchPolicy(max_batch_size=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=10**6)

@@ -314,7 +314,7 @@ def bars(limit: dict[str, Any], results: dict[str, list[LoadResult]]) -> list[st
         peer = _by_c(results, label)
         if 32 in peer:
             ratio = ours[32].rps / peer[32].rps
-            bar(f"/ {label} at concurrency 32 = {ratio:.2f}x (bar 1.5x)", ratio >= 1.5)
+            bar(f"servinglib / {label} at concurrency 32 = {ratio:.2f}x (bar 1.5x)", ratio >= 1.5)
     budget = limit["p95"] + 2
     bar(
         f"concurrency 1 p95 {ours[1].p95_ms:.2f} ms, right after concurrency 32 "
@@ -410,7 +410,7 @@ def plot(limit: dict[str, Any], results: dict[str, list[LoadResult]]) -> None:
     axes.set_ylabel("requests/s (one sentence each)")
     axes.set_title("MiniLM INT8 on 2 cores: throughput against p95 latency, concurrency 1-64")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=7, loc="lower right")
+    axes.legend(fontsize=7, loc="upper left")
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(PLOT, dpi=110)

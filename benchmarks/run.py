@@ -271,7 +271,10 @@ def render(name: str, results: list[LoadResult], command: str) -> str:
     elif name == "shadow":
         lines.append(
             f"Added latency: p50 **{shadowed.p50_ms - plain.p50_ms:+.2f} ms** (target <= 1 ms), "
-            f"p99 **{100 * (shadowed.p99_ms / plain.p99_ms - 1):+.1f}%** (target <= 5%)."
+            f"p99 **{100 * (shadowed.p99_ms / plain.p99_ms - 1):+.1f}%** (target <= 5%). Both "
+            "servers run side by side, the load alternates between them run by run, and the "
+            f"percentiles are over every request of all runs ({plain.requests:,} per setup). "
+            "Each shadow copy is submitted after the primary's response is written."
         )
     else:
         bad = {k: v for k, v in two.statuses.items() if k >= 500 and k != 503}

@@ -8,6 +8,10 @@ them in batches and call ``predict_batch`` once per batch. A batch is dispatched
 * no other request is on its way: waiting cannot grow the batch, so a lone request is
   never taxed with the queue delay (unlike a fixed window).
 
+A lone request that finds the batcher idle (nothing queued, running or on its way) runs on
+its caller's thread instead (:meth:`DynamicBatcher.run_inline`), which saves two thread
+switches; model copy 0 stays exclusive, its executor thread waits meanwhile.
+
 The queue is bounded: a full queue refuses at once (503 + Retry-After upstream). A request
 whose deadline passed while it queued is not run. When a batch raises, it is bisected so
 that only the poison input fails: Triton, MLServer and Ray Serve fail the whole batch.
@@ -108,6 +112,7 @@ class DynamicBatcher:
         start: bool = True,
     ) -> None:
         runners = list(run_batch) if isinstance(run_batch, Sequence) else [run_batch]
+        self._runners = runners
         self.policy = policy
         self._name = name
         self._listener = listener
@@ -120,10 +125,12 @@ class DynamicBatcher:
         self._closed = False
         self._sequence = itertools.count()
         self._ordering = _Ordering()
+        self._running = 0  # batches being run by executor threads
+        self._inline = False  # a lone request running on its caller's thread, on runner 0
         self._threads = [
             threading.Thread(
                 target=self._loop,
-                args=(runner,),
+                args=(runner, i),
                 name=f"servinglib-batcher-{name[0]}-{i}",
                 daemon=True,
             )
@@ -224,20 +231,25 @@ class DynamicBatcher:
             return n
         return None
 
-    def next_batch(self, timeout: float | None = None) -> list[_Item] | None:
-        """Block until a batch is due (None when closed and drained, or on ``timeout``)."""
+    def next_batch(self, timeout: float | None = None, runner: int = 0) -> list[_Item] | None:
+        """Block until a batch is due (None when closed and drained, or on ``timeout``).
+
+        ``runner``: the model copy the batch will run on; copy 0 waits while a lone request
+        runs on it inline (:meth:`run_inline`).
+        """
         with self._lock:
             waited_until = None if timeout is None else self._clock() + timeout
             while True:
-                count = self._batch_size_now()
+                count = None if (runner == 0 and self._inline) else self._batch_size_now()
                 if count is not None:
                     batch = self._take(count)
                     depth = self._size
+                    self._running += 1
                     break
-                if self._closed and self._size == 0:
+                if self._closed and self._size == 0 and not self._inline:
                     return None
                 wait = None
-                if self._size:
+                if self._size and not (runner == 0 and self._inline):
                     wait = max(
                         0.0, self._oldest() + self.policy.max_queue_delay_us / 1e6 - self._clock()
                     )
@@ -251,8 +263,51 @@ class DynamicBatcher:
             self._listener.queue_depth(*self._name, depth)
         return batch
 
+    def run_inline(self, payload: Any, arrival: Arrival) -> tuple[bool, Any]:
+        """Run a lone request on the caller's thread when nothing else is queued or running.
+
+        Handing a lone request to an executor thread and waking the caller again costs two
+        thread switches, a quarter of a millisecond on a busy machine; when the batcher is
+        idle and nobody else is on the way, the caller runs it itself, on copy 0, which
+        stays exclusive. Returns ``(True, output)``, or ``(False, None)`` when the request
+        must be submitted instead. The model's exception propagates.
+        """
+        with self._lock:
+            idle = (
+                not self._closed
+                and not self._inline
+                and self._size == 0
+                and self._running == 0
+                and self._incoming == (1 if arrival.pending else 0)
+            )
+            if not idle:
+                return False, None
+            if arrival.pending:
+                arrival.pending = False
+                self._incoming -= 1
+            self._inline = True
+        try:
+            outputs = self._runners[0]([payload])
+            if len(outputs) != 1:
+                raise RuntimeError(f"predict_batch returned {len(outputs)} results for 1 input")
+        finally:
+            with self._lock:
+                self._inline = False
+                self._ready.notify_all()
+        if self._listener:
+            self._listener.request_queued(*self._name, 0.0)
+            self._listener.batch_executed(*self._name, 1)
+        return True, outputs[0]
+
     def run(self, batch: list[_Item], run_batch: BatchFunction) -> None:
-        """Run one batch: skip expired requests, isolate poison inputs, resolve futures."""
+        """Run one batch from :meth:`next_batch`: skip expired requests, isolate poison inputs."""
+        try:
+            self._run_batch(batch, run_batch)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def _run_batch(self, batch: list[_Item], run_batch: BatchFunction) -> None:
         now = self._clock()
         live = []
         for item in batch:
@@ -308,9 +363,9 @@ class DynamicBatcher:
         for done_item, done_output, done_error in ready:
             _settle(done_item, done_output, done_error)
 
-    def _loop(self, run_batch: BatchFunction) -> None:
+    def _loop(self, run_batch: BatchFunction, runner: int) -> None:
         while True:
-            batch = self.next_batch()
+            batch = self.next_batch(runner=runner)
             if batch is None:
                 return
             try:

@@ -302,17 +302,28 @@ class InferenceService:
             else:
                 with executor.incoming() as arrival:  # lets the batcher wait for it
                     payload = instance.prepare(features)  # validated before it joins a batch
-                    future = executor.submit(
-                        payload, priority=priority, deadline=deadline, arrival=arrival
-                    )
-                remaining = None if deadline is None else max(0.0, deadline - self._clock())
-                try:
-                    output = future.result(timeout=remaining)
-                except FutureTimeout:
-                    future.cancel()
-                    raise DeadlineExceededError(
+                    if deadline is not None and self._clock() >= deadline:
+                        raise DeadlineExceededError(
+                            "the request deadline passed before the model ran"
+                        )
+                    done, output = executor.run_inline(payload, arrival)  # batcher idle?
+                    if not done:
+                        future = executor.submit(
+                            payload, priority=priority, deadline=deadline, arrival=arrival
+                        )
+                if done and deadline is not None and self._clock() > deadline:
+                    raise DeadlineExceededError(  # as late as a queued request would be
                         f"model {record.model!r} did not answer within the request deadline"
-                    ) from None
+                    )
+                if not done:
+                    remaining = None if deadline is None else max(0.0, deadline - self._clock())
+                    try:
+                        output = future.result(timeout=remaining)
+                    except FutureTimeout:
+                        future.cancel()
+                        raise DeadlineExceededError(
+                            f"model {record.model!r} did not answer within the request deadline"
+                        ) from None
         except InvalidInputError as e:
             self._rejected(record.model, e.field or "features", record)
             raise  # the model rejected its input on purpose: a 400, not a model failure

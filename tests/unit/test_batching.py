@@ -238,3 +238,73 @@ def test_a_cancelled_request_does_not_stall_ordered_results() -> None:
     assert first.cancel()
     drain(batcher)
     assert second.result(timeout=1) == 4
+
+
+def test_a_lone_request_on_an_idle_batcher_runs_on_its_callers_thread() -> None:
+    threads: list[int] = []
+
+    def run(batch: Sequence[Any]) -> list[Any]:
+        threads.append(threading.get_ident())
+        return double(batch)
+
+    batcher, _, recorder = manual(BatchPolicy(max_batch_size=8), run)
+    with batcher.incoming() as arrival:
+        assert batcher.run_inline(21, arrival) == (True, 42)
+    assert threads == [threading.get_ident()]
+    assert recorder.sizes == [1]
+    assert batcher.next_batch(timeout=0) is None  # nothing was queued
+
+
+def test_no_inline_run_while_others_are_queued_running_or_on_their_way() -> None:
+    batcher, _, _ = manual(BatchPolicy(max_batch_size=8))
+    batcher.submit(1)
+    with batcher.incoming() as arrival:
+        assert batcher.run_inline(2, arrival) == (False, None)  # one is queued
+        assert arrival.pending  # still announced: it will be submitted
+    batch = batcher.next_batch(timeout=0)
+    assert batch is not None
+    with batcher.incoming() as arrival:
+        assert batcher.run_inline(3, arrival) == (False, None)  # a batch is running
+    batcher.run(batch, double)
+    with batcher.incoming() as arrival, batcher.incoming():
+        assert batcher.run_inline(4, arrival) == (False, None)  # another is on its way
+    with batcher.incoming() as arrival:
+        assert batcher.run_inline(5, arrival) == (True, 10)  # idle again
+
+
+def test_inline_runs_and_batches_never_share_a_model_copy_under_32_threads() -> None:
+    active = [0, 0]
+    worst = [0, 0]
+    guard = threading.Lock()
+
+    def copy(index: int) -> Any:
+        def run(batch: Sequence[Any]) -> list[Any]:
+            with guard:
+                active[index] += 1
+                worst[index] = max(worst[index], active[index])
+            threading.Event().wait(0.0005)
+            with guard:
+                active[index] -= 1
+            return [(x, 2 * x) for x in batch]
+
+        return run
+
+    batcher = DynamicBatcher([copy(0), copy(1)], BatchPolicy(max_batch_size=4))
+    inline_runs = [0]
+
+    def call(x: int) -> Any:  # what InferenceService does for each request
+        with batcher.incoming() as arrival:
+            done, output = batcher.run_inline(x, arrival)
+            if done:
+                with guard:
+                    inline_runs[0] += 1
+                return output
+            future = batcher.submit(x, arrival=arrival)
+        return future.result(timeout=30)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        answers = list(pool.map(call, range(2000)))
+    batcher.close()
+    assert answers == [(x, 2 * x) for x in range(2000)]
+    assert worst == [1, 1], "each model copy ran one batch at a time"
+    assert inline_runs[0] > 0

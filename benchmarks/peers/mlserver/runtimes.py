@@ -17,41 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-import time
-from collections import Counter
 
 import numpy as np
+from _batch_stats import BatchStats  # benchmarks/peers/, on the path set by serve.py
 from mlserver import MLModel
 from mlserver.codecs import NumpyCodec
 from mlserver.errors import MLServerError
 from mlserver.types import InferenceRequest, InferenceResponse, RequestInput
-
-
-class BatchStats:
-    """Counts batch sizes and prints the histogram at most every ``interval`` seconds."""
-
-    def __init__(self, interval: float = 2.0) -> None:
-        self.enabled = os.environ.get("BENCH_BATCH_STATS", "") not in ("", "0")
-        self.sizes: Counter[int] = Counter()
-        self.interval = interval
-        self.printed_at = time.monotonic()
-
-    def add(self, size: int) -> None:
-        if not self.enabled:
-            return
-        self.sizes[size] += 1
-        now = time.monotonic()
-        if now - self.printed_at >= self.interval:
-            self.printed_at = now
-            batches = sum(self.sizes.values())
-            rows = sum(k * v for k, v in self.sizes.items())
-            print(
-                f"batch stats: {batches} batches, {rows} rows, mean {rows / batches:.2f}, "
-                f"max {max(self.sizes)}, sizes {dict(sorted(self.sizes.items()))}",
-                file=sys.stderr,
-                flush=True,
-            )
 
 
 def _input(payload: InferenceRequest, name: str, dtype: type) -> np.ndarray:

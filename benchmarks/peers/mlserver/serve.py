@@ -45,9 +45,9 @@ def main() -> None:
         raise SystemExit(f"BENCH_MODEL must be trivial or minilm, not {model!r}")
 
     # The runtimes module must import here and in MLServer's worker processes.
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]  # runtimes.py, and _batch_stats.py
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
+        p for p in (str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")) if p
     )
     from mlserver import MLServer
     from mlserver.repository.load import load_model_settings

@@ -6,7 +6,9 @@ Every server gets the same pre-tokenized sentence from `hey` on the same machine
 concurrency 1, 8, 32 and 64 (servinglib also at 1 right after 32). Setups:
 
 * servinglib, `runtime: onnx` with dynamic batching, 2 gunicorn workers (1 intra-op thread
-  each: cores / workers), and the text-in example (tokenized in the server) on its own;
+  each: cores / workers), metrics on and the JSON access log off (no peer writes one; the
+  trivial scenario measures servinglib with it on), and the text-in example (tokenized in
+  the server) on its own;
 * the seed's FastAPI + uvicorn + ThreadPoolExecutor(8) design, as the seed wrote it (one
   process, 2 intra-op threads) and with 2 uvicorn workers;
 * a naive Flask + gunicorn app without batching, 1 worker (2 threads) and 2 workers;
@@ -368,6 +370,9 @@ def render(
         "| setup | concurrency | requests/s | p50 ms | p95 ms | p99 ms | statuses |",
         "|---|---|---|---|---|---|---|",
         *rows,
+        "",
+        "servinglib runs with Prometheus metrics on and its JSON access log off, since no peer "
+        "writes one (the trivial scenario measures it with the log on).",
         "",
         "![Throughput against p95 latency, one line per server](images/minilm-serving.png)",
         "",

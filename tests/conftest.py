@@ -57,6 +57,18 @@ class LiveServer:
         """Everything the server printed so far."""
         return self.log_path.read_text(errors="replace")
 
+    def wait_for_log(self, text: str, start: int = 0, timeout_s: float = 10) -> str:
+        """The log once ``text`` appears in it after offset ``start``.
+
+        servinglib writes its log lines from a background thread, a moment after the event.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            log = self.log()
+            if log.find(text, start) != -1 or time.monotonic() > deadline:
+                return log
+            time.sleep(0.05)
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
+import os
+import queue
 import sys
+import threading
 import time
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "configure_logging", "flush_logs"]
 
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -34,9 +39,98 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class _LineWriter:
+    """Formats and writes log records on a background thread, many lines per write.
+
+    A request thread only queues its record (a few microseconds); formatting, the write
+    system call and the flush happen on this thread, and records that arrive together are
+    written together. One writer per process, restarted in a forked child (threads do not
+    survive ``fork``); :func:`flush_logs` waits until everything queued is written (call it
+    before exiting; it also runs at interpreter exit).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[_QueueingHandler, logging.LogRecord] | threading.Event]
+        self._queue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def put(self, handler: _QueueingHandler, record: logging.LogRecord) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="servinglib-log-writer", daemon=True
+                    )
+                    self._thread.start()
+        self._queue.put((handler, record))
+
+    def flush(self, timeout_s: float = 5.0) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            while True:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            lines: dict[logging.StreamHandler[Any], list[str]] = {}
+            for item in items:
+                if isinstance(item, threading.Event):
+                    continue
+                handler, record = item
+                try:
+                    lines.setdefault(handler.target, []).append(handler.format(record))
+                except Exception:
+                    handler.handleError(record)
+            for target, text in lines.items():
+                # A closed or broken stream must not kill the writer (nowhere left to log it).
+                with contextlib.suppress(Exception):
+                    target.stream.write("\n".join(text) + "\n")
+                    target.flush()
+            for item in items:
+                if isinstance(item, threading.Event):
+                    item.set()
+
+
+_WRITER = _LineWriter()
+os.register_at_fork(after_in_child=_WRITER._reset)
+atexit.register(_WRITER.flush)
+
+
+class _QueueingHandler(logging.Handler):
+    """Hands records to the process's log writer thread instead of writing them here."""
+
+    def __init__(self, target: logging.StreamHandler[Any]) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _WRITER.put(self, record)
+
+
+def flush_logs(timeout_s: float = 5.0) -> None:
+    """Wait until every queued log line is written (before a process exits)."""
+    _WRITER.flush(timeout_s)
+
+
 def configure_logging(level: str = "info") -> None:
-    """Send every servinglib log to stderr as JSON lines at ``level``."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Send every servinglib log to stderr as JSON lines at ``level``.
+
+    Lines are written by a background thread (see :class:`_LineWriter`), so a request never
+    waits for its access-log line to reach the disk or the pipe.
+    """
+    stream = logging.StreamHandler(sys.stderr)
+    handler = _QueueingHandler(stream)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("servinglib")
     root.handlers[:] = [handler]

@@ -158,6 +158,9 @@ def worker_exit(server: Any, worker: Any) -> None:
     shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
     if callable(shutdown):
         shutdown()
+    from servinglib.monitoring.logs import flush_logs
+
+    flush_logs()  # the access-log lines of the last requests
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -91,7 +91,8 @@ def test_request_id_and_json_access_log(fixture_server: LiveServer) -> None:
         timeout=5,
     )
     assert echoed.headers["x-request-id"] == "trace-42"
-    lines = [json.loads(line) for line in fixture_server.log().splitlines() if line.startswith("{")]
+    log = fixture_server.wait_for_log('"request_id": "trace-42"')
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     entry = next(e for e in lines if e.get("request_id") == "trace-42")
     assert entry["event"] == "request"
     assert entry["status"] == 200

@@ -227,9 +227,9 @@ def test_kill_9_fails_only_that_workers_requests_and_the_replacement_waits_for_r
             time.sleep(0.1)
         assert victim not in worker_pids(server)
         assert len(worker_pids(server)) == 2
-        log = server.log()
-        replacement_boot = log.rfind("Booting worker")
+        replacement_boot = server.log().rfind("Booting worker")
         assert replacement_boot != -1
+        log = server.wait_for_log("READY", replacement_boot)
         # The replacement loads every model before gunicorn hands it a connection.
         assert log.find("READY", replacement_boot) != -1
     finally:

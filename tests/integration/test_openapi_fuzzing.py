@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,5 +85,6 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
         "examples,fuzzing",
     )
     assert tensors.returncode == 0, tensors.stdout[-6000:]
+    time.sleep(0.5)  # log lines are written by a background thread
     assert "raised while predicting" not in server.log()
     assert "unhandled error" not in server.log()

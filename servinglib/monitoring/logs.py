@@ -39,6 +39,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+MAX_QUEUED_LINES = 100_000  # beyond this backlog, new lines are dropped and counted
+
+
 class _LineWriter:
     """Formats and writes log records on a background thread, many lines per write.
 
@@ -53,6 +56,8 @@ class _LineWriter:
         self._lock = threading.Lock()
         self._reset()
 
+    dropped = 0
+
     def _reset(self) -> None:
         self._queue: queue.SimpleQueue[tuple[_QueueingHandler, logging.LogRecord] | threading.Event]
         self._queue = queue.SimpleQueue()
@@ -66,6 +71,9 @@ class _LineWriter:
                         target=self._run, name="servinglib-log-writer", daemon=True
                     )
                     self._thread.start()
+        if self._queue.qsize() >= MAX_QUEUED_LINES:  # the disk or pipe cannot keep up
+            self.dropped += 1  # bounded memory; the count is reported in the next line
+            return
         self._queue.put((handler, record))
 
     def flush(self, timeout_s: float = 5.0) -> None:
@@ -84,6 +92,19 @@ class _LineWriter:
                 except queue.Empty:
                     break
             lines: dict[logging.StreamHandler[Any], list[str]] = {}
+            if self.dropped:
+                dropped, self.dropped = self.dropped, 0
+                warning = json.dumps(
+                    {
+                        "level": "warning",
+                        "logger": "servinglib.logs",
+                        "message": f"{dropped} log lines dropped: stderr too slow",
+                    }
+                )
+                for item in items:
+                    if not isinstance(item, threading.Event):
+                        lines.setdefault(item[0].target, []).append(warning)
+                        break
             for item in items:
                 if isinstance(item, threading.Event):
                     continue

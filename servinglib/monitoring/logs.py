@@ -54,9 +54,8 @@ class _LineWriter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.dropped = 0  # lines refused while the backlog was full, not yet reported
         self._reset()
-
-    dropped = 0
 
     def _reset(self) -> None:
         self._queue: queue.SimpleQueue[tuple[_QueueingHandler, logging.LogRecord] | threading.Event]

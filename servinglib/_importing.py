@@ -13,7 +13,7 @@ from types import ModuleType
 from servinglib.errors import ModelLoadError
 from servinglib.model import Model
 
-__all__ = ["import_model_class", "import_object"]
+__all__ = ["import_file_as", "import_model_class", "import_object"]
 
 _file_modules: dict[Path, ModuleType] = {}
 
@@ -67,12 +67,24 @@ def _import_file(relative: str, root: Path) -> ModuleType:
     path = (root / relative).resolve()
     if not path.is_relative_to(root.resolve()):
         raise ModelLoadError(f"model file {relative!r} lies outside {root}; keep it inside")
-    if path in _file_modules:
-        return _file_modules[path]
     if not path.is_file():
         raise ModelLoadError(f"model file {relative!r} ({path}) does not exist")
     # A private, unique module name per file so two teams' `model.py` never collide.
     name = "servinglib_user_models." + re.sub(r"\W", "_", str(path.relative_to(root.resolve())))
+    return import_file_as(path, name)
+
+
+def import_file_as(path: Path, name: str) -> ModuleType:
+    """Import the Python file ``path`` as module ``name`` (once; later calls reuse it).
+
+    Raises:
+        ModelLoadError: the file is missing or raised while importing.
+    """
+    path = path.resolve()
+    if path in _file_modules:
+        return _file_modules[path]
+    if not path.is_file():
+        raise ModelLoadError(f"Python file {path} does not exist")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ModelLoadError(f"cannot load model file {path}")

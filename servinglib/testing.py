@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
+from servinglib._importing import import_file_as
 from servinglib.checks import run_all_selftests
 from servinglib.config import load_config
 from servinglib.model import Tolerance
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "assert_close",
     "assert_selftests_pass",
+    "import_file",
     "infer",
     "infer_v2",
     "servinglib_app",
@@ -167,6 +171,16 @@ def infer_v2(
         dtype = _DTYPES.get(output["datatype"], "object")
         outputs[output["name"]] = np.asarray(output["data"], dtype=dtype).reshape(output["shape"])
     return outputs
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import a Python file by path (a training script, a model file) for a test.
+
+    The module gets a private name made from the whole path, so the ``train.py`` or
+    ``model.py`` of one example never shadows another's; importing it again reuses it.
+    """
+    resolved = path.resolve()
+    return import_file_as(resolved, "servinglib_test_files." + re.sub(r"\W", "_", str(resolved)))
 
 
 def assert_close(actual: Any, expected: Any, *, atol: float = 1e-8, rtol: float = 1e-5) -> None:

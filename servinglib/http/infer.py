@@ -116,9 +116,6 @@ class InferEndpoint:
         self._too_large = (
             f"request body larger than the limit of {self._max_body} bytes; send a smaller body"
         )
-        self._too_large = (
-            f"request body larger than the limit of {self._max_body} bytes; send a smaller body"
-        )
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """Answer /infer here, or pass the request on."""

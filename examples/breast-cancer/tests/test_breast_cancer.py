@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -16,6 +14,7 @@ import pytest
 from servinglib.checks import run_all_selftests
 from servinglib.config import load_config
 from servinglib.registry import VersionState
+from servinglib.testing import import_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent
 REPOSITORY = EXAMPLE / "models" / "breast_cancer"
@@ -23,21 +22,8 @@ VERSIONS = ("1", "2")
 MIN_ACCURACY = 0.93
 
 
-def _load_module(name: str, path: Path) -> ModuleType:
-    """Import a file under a private module name (no clash with other examples)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-train = _load_module("breast_cancer_example_train", EXAMPLE / "train.py")
-model_module = _load_module("breast_cancer_example_model", REPOSITORY / "model.py")
+train = import_file(EXAMPLE / "train.py")
+model_module = import_file(REPOSITORY / "model.py")
 BreastCancerClassifier: Any = model_module.BreastCancerClassifier
 
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -17,25 +14,13 @@ from servinglib.config import load_config
 from servinglib.http.app import create_app_from_config
 from servinglib.optimize import QuantizeOptions, quantize_model
 from servinglib.registry import VersionState
+from servinglib.testing import import_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent
 REPOSITORY = EXAMPLE / "models" / "digits"
 DATA = EXAMPLE / "data"
 
 ort = pytest.importorskip("onnxruntime")
-
-
-def _load_module(name: str, path: Path) -> ModuleType:
-    """Import a file under a private module name (no clash with other examples)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def session(path: Path) -> Any:
@@ -117,7 +102,7 @@ def test_served_with_batching(test_split: tuple[np.ndarray, np.ndarray]) -> None
 @pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning")
 def test_training_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
-    train = _load_module("digits_example_train", EXAMPLE / "train.py")
+    train = import_file(EXAMPLE / "train.py")
     request = tmp_path / "request.json"
     accuracy = train.train(tmp_path / "models", tmp_path / "data", request=request)
     assert accuracy["test"] >= 0.95

@@ -6,13 +6,10 @@ and otherwise build into a temporary directory (about a minute on two cores).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -22,6 +19,7 @@ from servinglib.checks import run_all_selftests
 from servinglib.config import load_config
 from servinglib.errors import InvalidInputError
 from servinglib.registry import VersionState
+from servinglib.testing import import_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent
 REPOSITORY = EXAMPLE / "models" / "minilm"
@@ -40,21 +38,8 @@ EXPORT_WARNINGS = [
 ]
 
 
-def _load_module(name: str, path: Path) -> ModuleType:
-    """Import a file under a private module name (no clash with other examples)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-prepare_module = _load_module("sentence_embeddings_prepare", EXAMPLE / "prepare.py")
-model_module = _load_module("sentence_embeddings_model", REPOSITORY / "model.py")
+prepare_module = import_file(EXAMPLE / "prepare.py")
+model_module = import_file(REPOSITORY / "model.py")
 
 
 def lines(name: str) -> list[str]:

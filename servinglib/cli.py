@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to bind (overrides server.port)")
     serve.add_argument("--workers", type=int, help="worker processes (overrides server.workers)")
     serve.add_argument("--threads", type=int, help="threads per worker (overrides server.threads)")
+    serve.add_argument(
+        "--worker",
+        choices=["asyncio", "gthread"],
+        help="gunicorn worker class (overrides server.worker)",
+    )
 
     validate = commands.add_parser(
         "validate", help="check a config and what it references, serving nothing"
@@ -92,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 port=args.port,
                 workers=args.workers,
                 threads=args.threads,
+                worker=args.worker,
             )
             return EXIT_OK
         if args.command == "validate":

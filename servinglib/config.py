@@ -51,6 +51,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 2
+    worker: str = "asyncio"
     threads: int = 8
     timeout_s: int = 30
     keepalive_s: int = 75

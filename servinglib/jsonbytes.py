@@ -4,7 +4,9 @@ Encoding a 384-float embedding with ``json.dumps`` after converting it to Python
 about 240 us, as much as the rest of the request; orjson writes the array itself in about
 7 us. orjson turns NaN and Infinity into ``null`` silently; clients must never receive a
 corrupted answer that parses, so a document containing ``null`` is re-encoded the strict way
-(rare: only outputs with a real ``null`` or a non-finite number pay for it).
+(rare: only outputs with a real ``null`` or a non-finite number pay for it). What orjson
+refuses but JSON can carry (integers beyond 64 bits, lone surrogates) is encoded by the
+standard library too.
 """
 
 from __future__ import annotations
@@ -70,13 +72,20 @@ def dumps(value: Any, *, default: Any = None) -> bytes:
         encoded = orjson.dumps(
             value, default=_fallback if default is None else fallback, option=_OPTIONS
         )
-    except orjson.JSONEncodeError as e:
-        raise TypeError(str(e)) from e
+    except orjson.JSONEncodeError:
+        # What orjson refuses but JSON carries (integers beyond 64 bits, strings with lone
+        # surrogates, which a JSON request can contain) goes the standard library's way.
+        return _strict(value, default).encode()
     if b"null" in encoded:
-        try:
-            json.dumps(to_plain(value), allow_nan=False, default=default)
-        except ValueError as e:
-            if "Out of range float values" in str(e):
-                raise NonFiniteError("NaN and Infinity are not JSON") from e
-            raise TypeError(str(e)) from e
+        _strict(value, default)
     return encoded
+
+
+def _strict(value: Any, default: Any) -> str:
+    """The standard library's encoding, refusing NaN and Infinity."""
+    try:
+        return json.dumps(to_plain(value), allow_nan=False, default=default, separators=(",", ":"))
+    except ValueError as e:
+        if "Out of range float values" in str(e):
+            raise NonFiniteError("NaN and Infinity are not JSON") from e
+        raise TypeError(str(e)) from e

@@ -7,13 +7,16 @@ log) and the shadow router. Everything after the model call is non-blocking.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -118,6 +121,7 @@ class InferenceService:
         self._clock = clock
         self._executors: dict[tuple[str, str, int], DynamicBatcher | None] = {}
         self._executors_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
         self._fallbacks_logged: set[tuple[str, str]] = set()
         self._recorder = recorder
         self._shadows = shadows if shadows is not None and shadows.enabled else None
@@ -195,6 +199,15 @@ class InferenceService:
         """
         deadline = self._deadline(model, timeout_ms)
         record = self.route(model, version, self.routing_key_of(model, routing_key, features))
+        self._validate(model, features)
+        return self._call(record, features, request_id, deadline, priority, after_response)
+
+    def _validate(self, model: str, features: Any) -> None:
+        """Check ``features`` against the model's ``input_schema``.
+
+        Raises:
+            InvalidInputError: naming the first failing field.
+        """
         validator = self._validators.get(model)
         if validator is not None:
             error = jsonschema.exceptions.best_match(validator.iter_errors(features))
@@ -204,7 +217,6 @@ class InferenceService:
                 self._rejected(model, field)
                 where = "features." + ".".join(path) if path else "features"
                 raise InvalidInputError(f"{where}: {error.message}", field=field)
-        return self._call(record, features, request_id, deadline, priority, after_response)
 
     def infer_tensors(
         self,
@@ -289,41 +301,92 @@ class InferenceService:
         priority: int | None = None,
         after_response: list[Callable[[], None]] | None = None,
     ) -> Prediction:
+        started = time.perf_counter()
+        with self._model_errors(record):
+            done, value = self._start(record, features, deadline, priority, blocking=True)
+            if not done:
+                remaining = None if deadline is None else max(0.0, deadline - self._clock())
+                try:
+                    value = value.result(timeout=remaining)
+                except FutureTimeout:
+                    value.cancel()
+                    raise _late(record) from None
+        return self._answered(record, features, value, request_id, started, after_response)
+
+    async def infer_async(
+        self,
+        model: str,
+        features: Any,
+        version: str | None = None,
+        *,
+        request_id: str = "",
+        routing_key: str | None = None,
+        timeout_ms: float | None = None,
+        priority: int | None = None,
+        after_response: list[Callable[[], None]] | None = None,
+    ) -> Prediction:
+        """:meth:`infer` for an event loop: never blocks it while the model runs.
+
+        Batched versions queue the request and await the batch; the others run on the
+        service's thread pool (``server.threads`` threads). Same errors as :meth:`infer`.
+        """
+        deadline = self._deadline(model, timeout_ms)
+        record = self.route(model, version, self.routing_key_of(model, routing_key, features))
+        self._validate(model, features)
+        started = time.perf_counter()
+        with self._model_errors(record):
+            done, value = self._start(record, features, deadline, priority, blocking=False)
+            if not done:
+                remaining = None if deadline is None else max(0.0, deadline - self._clock())
+                try:
+                    value = await asyncio.wait_for(asyncio.wrap_future(value), remaining)
+                except TimeoutError:
+                    raise _late(record) from None  # wait_for cancelled the queued request
+        return self._answered(record, features, value, request_id, started, after_response)
+
+    def _start(
+        self,
+        record: VersionRecord,
+        features: Any,
+        deadline: float | None,
+        priority: int | None,
+        *,
+        blocking: bool,
+    ) -> tuple[bool, Any]:
+        """Start the model call: ``(True, output)`` when answered already, else a future.
+
+        ``blocking``: the caller's thread may run the model (a WSGI thread); an event loop
+        passes False and gets a future for every call.
+        """
         instance = record.instance
         assert instance is not None
-        started = time.perf_counter()
         executor = self._executor(record)
+        if executor is None:
+            if blocking:
+                return True, _prepare_and_predict(instance, features, deadline, self._clock)
+            pool = self._thread_pool()
+            return False, pool.submit(
+                _prepare_and_predict, instance, features, deadline, self._clock
+            )
+        with executor.incoming() as arrival:  # lets the batcher wait for it
+            payload = instance.prepare(features)  # validated before it joins a batch
+            if deadline is not None and self._clock() >= deadline:
+                raise DeadlineExceededError("the request deadline passed before the model ran")
+            if blocking:
+                done, output = executor.run_inline(payload, arrival)  # batcher idle?
+                if done:
+                    if deadline is not None and self._clock() > deadline:
+                        raise _late(record)  # as late as a queued request would be
+                    return True, output
+            return False, executor.submit(
+                payload, priority=priority, deadline=deadline, arrival=arrival
+            )
+
+    @contextmanager
+    def _model_errors(self, record: VersionRecord) -> Iterator[None]:
+        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
         try:
-            if executor is None:
-                payload = instance.prepare(features)
-                if deadline is not None and self._clock() >= deadline:
-                    raise DeadlineExceededError("the request deadline passed before the model ran")
-                output = instance.predict(payload)
-            else:
-                with executor.incoming() as arrival:  # lets the batcher wait for it
-                    payload = instance.prepare(features)  # validated before it joins a batch
-                    if deadline is not None and self._clock() >= deadline:
-                        raise DeadlineExceededError(
-                            "the request deadline passed before the model ran"
-                        )
-                    done, output = executor.run_inline(payload, arrival)  # batcher idle?
-                    if not done:
-                        future = executor.submit(
-                            payload, priority=priority, deadline=deadline, arrival=arrival
-                        )
-                if done and deadline is not None and self._clock() > deadline:
-                    raise DeadlineExceededError(  # as late as a queued request would be
-                        f"model {record.model!r} did not answer within the request deadline"
-                    )
-                if not done:
-                    remaining = None if deadline is None else max(0.0, deadline - self._clock())
-                    try:
-                        output = future.result(timeout=remaining)
-                    except FutureTimeout:
-                        future.cancel()
-                        raise DeadlineExceededError(
-                            f"model {record.model!r} did not answer within the request deadline"
-                        ) from None
+            yield
         except InvalidInputError as e:
             self._rejected(record.model, e.field or "features", record)
             raise  # the model rejected its input on purpose: a 400, not a model failure
@@ -339,6 +402,17 @@ class InferenceService:
                 exc_info=True,
             )
             raise PredictionError(record.model, record.version, error_id) from e
+
+    def _answered(
+        self,
+        record: VersionRecord,
+        features: Any,
+        output: Any,
+        request_id: str,
+        started: float,
+        after_response: list[Callable[[], None]] | None,
+    ) -> Prediction:
+        """Hand an answer to score metrics, the prediction log and the shadows."""
         elapsed = time.perf_counter() - started
         if self._listener:
             self._listener.prediction_made(record.model, record.version, output)
@@ -363,6 +437,17 @@ class InferenceService:
                 after_response.append(copy)
         return Prediction(record.model, record.version, output, elapsed)
 
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        """Threads for unbatched model calls made from an event loop (created on first use)."""
+        if self._pool is None:
+            with self._executors_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max_workers=self.registry.config.server.threads,
+                        thread_name_prefix="servinglib-predict",
+                    )
+        return self._pool
+
     def release(self, model: str, version: str) -> None:
         """Stop the batcher of an unloaded version (its queued requests finish first)."""
         with self._executors_lock:
@@ -378,6 +463,8 @@ class InferenceService:
             executors = [e for e in self._executors.values() if e is not None]
         for executor in executors:
             executor.close(timeout_s)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 def run_followups(followups: list[Callable[[], None]]) -> None:
@@ -387,6 +474,22 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
             followup()
         except Exception:
             log.exception("work deferred until after the response failed")
+
+
+def _prepare_and_predict(
+    instance: Model, features: Any, deadline: float | None, clock: Callable[[], float]
+) -> Any:
+    """An unbatched call: the deadline is checked once the input is ready."""
+    payload = instance.prepare(features)
+    if deadline is not None and clock() >= deadline:
+        raise DeadlineExceededError("the request deadline passed before the model ran")
+    return instance.predict(payload)
+
+
+def _late(record: VersionRecord) -> DeadlineExceededError:
+    return DeadlineExceededError(
+        f"model {record.model!r} did not answer within the request deadline"
+    )
 
 
 def _one_at_a_time(model: Model) -> Callable[[list[Any]], list[Any]]:

@@ -113,7 +113,9 @@ def create_app(
     register_error_handlers(app)
     app.register_blueprint(v2_blueprint)
     app.register_blueprint(ops_blueprint)
-    app.wsgi_app = InferEndpoint(app.wsgi_app, service, metrics, server)  # type: ignore[method-assign]
+    endpoint = InferEndpoint(app.wsgi_app, service, metrics, server)
+    app.extensions["servinglib.infer_endpoint"] = endpoint  # the asyncio front end uses it
+    app.wsgi_app = endpoint  # type: ignore[method-assign]
     return app
 
 

@@ -30,9 +30,9 @@ from servinglib.http._json import parse_json
 from servinglib.http._payload import envoy_timeout_ms, request_priority
 from servinglib.http.errors import OUTCOMES, status_for
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.service import InferenceService, run_followups
+from servinglib.service import InferenceService, Prediction, run_followups
 
-__all__ = ["InferEndpoint"]
+__all__ = ["REASONS", "Answer", "HttpError", "InferCall", "InferEndpoint"]
 
 log = logging.getLogger("servinglib.http")
 
@@ -40,7 +40,7 @@ StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 _ALLOWED_KEYS = frozenset({"model_id", "version", "features", "priority"})
-_REASONS = {
+REASONS = {
     200: "OK",
     400: "BAD REQUEST",
     404: "NOT FOUND",
@@ -54,7 +54,9 @@ _REASONS = {
 
 
 @dataclass
-class _Answer:
+class Answer:
+    """The response being built for one /infer request."""
+
     status: int = 200
     body: bytes = b""
     model: str = "_unknown"
@@ -63,11 +65,32 @@ class _Answer:
     headers: list[tuple[str, str]] = field(default_factory=list)
 
 
-class _HttpError(Exception):
-    def __init__(self, status: int, message: str, outcome: str | None = None) -> None:
+@dataclass(frozen=True)
+class InferCall:
+    """A decoded /infer request: what to pass to the service."""
+
+    model: str
+    version: str | None
+    features: Any
+    priority: int | None
+    routing_key: str | None
+    timeout_ms: float | None
+
+
+class HttpError(Exception):
+    """A request refused before it reaches the service (method, content type, size)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        outcome: str | None = None,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.outcome = outcome
+        self.headers = headers or []
 
 
 def parse_infer_body(body: Any) -> tuple[str, str | None, Any, int | None]:
@@ -110,11 +133,11 @@ class InferEndpoint:
         self._fallback = fallback
         self._service = service
         self._metrics = metrics
-        self._max_body = server.max_request_body_bytes
+        self.max_body = server.max_request_body_bytes
         self._max_depth = server.max_json_depth
         self._models = frozenset(service.registry.model_names())
         self._too_large = (
-            f"request body larger than the limit of {self._max_body} bytes; send a smaller body"
+            f"request body larger than the limit of {self.max_body} bytes; send a smaller body"
         )
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -129,10 +152,113 @@ class InferEndpoint:
         in_flight = self._metrics.in_flight_gauge("infer")
         in_flight.inc()
         followups: list[Callable[[], None]] = []
+        answer = Answer()
         try:
-            answer = self._answer(environ, request_id, followups)
+            self.check_head(environ)
+            call = self.parse(environ, self._read_body(environ), answer)
+            prediction = self._service.infer(
+                call.model,
+                call.features,
+                call.version,
+                request_id=request_id,
+                routing_key=call.routing_key,
+                timeout_ms=call.timeout_ms,
+                priority=call.priority,
+                after_response=followups,
+            )
+            self.succeeded(answer, prediction, request_id)
+        except Exception as e:
+            self.failed(answer, e)
         finally:
             in_flight.dec()
+        status, headers = self.finish(answer, environ, request_id, started)
+        start_response(f"{status} {REASONS.get(status, 'ERROR')}", headers)
+        return _Body(answer.body, followups)
+
+    # --- the steps, shared with the event-loop front end (servinglib.http.asgi) ----------
+    def check_head(self, environ: dict[str, Any]) -> None:
+        """Refuse a request by its method, content type or declared length, before the body.
+
+        Raises:
+            HttpError: 405, 415, 400 or 413.
+        """
+        if environ.get("REQUEST_METHOD") != "POST":
+            raise HttpError(
+                405,
+                "The method is not allowed for the requested URL.",
+                "invalid_input",
+                headers=[("Allow", "POST")],
+            )
+        mimetype = environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
+        if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
+            raise HttpError(
+                415, f"content type {mimetype!r} is not supported here; send application/json"
+            )
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise HttpError(400, "Content-Length must be an integer") from None
+        if length > self.max_body:
+            raise self.too_large()
+
+    def too_large(self) -> HttpError:
+        """The 413 for a body over ``server.max_request_body_bytes``."""
+        return HttpError(413, self._too_large)
+
+    def parse(self, environ: dict[str, Any], raw: bytes, answer: Answer) -> InferCall:
+        """Decode and check the body; names the model in ``answer`` once it is known.
+
+        Raises:
+            InvalidInputError: the body is not a valid /infer request.
+        """
+        body = parse_json(raw, self._max_depth)
+        model, version, features, priority = parse_infer_body(body)
+        if model in self._models:
+            answer.model = model
+        return InferCall(
+            model,
+            version,
+            features,
+            priority,
+            environ.get(_header_key(self._service, model)),
+            envoy_timeout_ms(environ),
+        )
+
+    def succeeded(self, answer: Answer, prediction: Prediction, request_id: str) -> None:
+        """Encode the model's answer into ``answer``."""
+        answer.version = prediction.version
+        answer.body = _encode(prediction.model, prediction.version, prediction.output, request_id)
+
+    def failed(self, answer: Answer, error: Exception) -> None:
+        """Turn an error into its status, JSON body and metric outcome (never raises)."""
+        if isinstance(error, ServinglibError):
+            answer.status = status_for(error)
+            if isinstance(error, PredictionError | ModelNotReadyError):
+                answer.version = error.version
+            if isinstance(error, ModelNotReadyError):
+                answer.headers.append(("Retry-After", "5"))
+            answer.outcome = OUTCOMES.get(answer.status, "server_error")
+            if isinstance(error, OverloadedError):
+                answer.headers.append(("Retry-After", "1"))
+                answer.outcome = "shed"
+        elif isinstance(error, HttpError):
+            answer.status = error.status
+            answer.outcome = error.outcome or OUTCOMES.get(error.status, "server_error")
+            answer.headers.extend(error.headers)
+        else:
+            error_id = uuid.uuid4().hex[:12]
+            log.error("unhandled error (error id %s)", error_id, exc_info=error)
+            answer.status, answer.outcome = 500, "server_error"
+            answer.body = _error_body(
+                f"internal server error; see the server log for error id {error_id}"
+            )
+            return
+        answer.body = _error_body(str(error))
+
+    def finish(
+        self, answer: Answer, environ: dict[str, Any], request_id: str, started: float
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Record the request (metrics, access log); returns the status and the headers."""
         elapsed = time.perf_counter() - started
         self._metrics.observe_request(
             answer.model, answer.version, "infer", answer.outcome, elapsed
@@ -150,79 +276,26 @@ class InferEndpoint:
         ]
         if answer.version:
             headers.append((VERSION_HEADER, answer.version))
-        start_response(f"{answer.status} {_REASONS.get(answer.status, 'ERROR')}", headers)
-        return _Body(answer.body, followups)
+        return answer.status, headers
 
-    def _answer(
-        self, environ: dict[str, Any], request_id: str, followups: list[Callable[[], None]]
-    ) -> _Answer:
-        """Everything between the bytes in and the bytes out; never raises."""
-        answer = _Answer()
-        try:
-            if environ.get("REQUEST_METHOD") != "POST":
-                answer.headers.append(("Allow", "POST"))
-                raise _HttpError(
-                    405, "The method is not allowed for the requested URL.", "invalid_input"
-                )
-            body = parse_json(self._read_body(environ), self._max_depth)
-            model, requested_version, features, priority = parse_infer_body(body)
-            if model in self._models:
-                answer.model = model
-            prediction = self._service.infer(
-                model,
-                features,
-                requested_version,
-                request_id=request_id,
-                routing_key=environ.get(_header_key(self._service, model)),
-                timeout_ms=envoy_timeout_ms(environ),
-                priority=priority,
-                after_response=followups,
-            )
-            answer.version = prediction.version
-            answer.body = _encode(
-                prediction.model, prediction.version, prediction.output, request_id
-            )
-        except ServinglibError as e:
-            answer.status = status_for(e)
-            if isinstance(e, PredictionError | ModelNotReadyError):
-                answer.version = e.version
-            if isinstance(e, ModelNotReadyError):
-                answer.headers.append(("Retry-After", "5"))
-            answer.outcome = OUTCOMES.get(answer.status, "server_error")
-            if isinstance(e, OverloadedError):
-                answer.headers.append(("Retry-After", "1"))
-                answer.outcome = "shed"
-            answer.body = _error_body(str(e))
-        except _HttpError as e:
-            answer.status, answer.body = e.status, _error_body(str(e))
-            answer.outcome = e.outcome or OUTCOMES.get(e.status, "server_error")
-        except Exception as e:
-            error_id = uuid.uuid4().hex[:12]
-            log.error("unhandled error (error id %s)", error_id, exc_info=e)
-            answer.status, answer.outcome = 500, "server_error"
-            answer.body = _error_body(
-                f"internal server error; see the server log for error id {error_id}"
-            )
-        return answer
+    @property
+    def service(self) -> InferenceService:
+        """The service answering the requests."""
+        return self._service
+
+    @property
+    def metrics(self) -> ServingMetrics:
+        """The process's metrics owner."""
+        return self._metrics
 
     def _read_body(self, environ: dict[str, Any]) -> bytes:
-        mimetype = environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
-        if mimetype and mimetype != "application/json" and not mimetype.endswith("+json"):
-            raise _HttpError(
-                415, f"content type {mimetype!r} is not supported here; send application/json"
-            )
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            raise _HttpError(400, "Content-Length must be an integer") from None
-        if length > self._max_body:
-            raise _HttpError(413, self._too_large)
+        length = int(environ.get("CONTENT_LENGTH") or 0)  # checked by check_head
         stream = environ["wsgi.input"]
         if length:
             return bytes(stream.read(length))
-        data = bytes(stream.read(self._max_body + 1))  # chunked: read up to the limit
-        if len(data) > self._max_body:
-            raise _HttpError(413, self._too_large)
+        data = bytes(stream.read(self.max_body + 1))  # chunked: read up to the limit
+        if len(data) > self.max_body:
+            raise self.too_large()
         return data
 
 

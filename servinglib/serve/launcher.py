@@ -40,6 +40,7 @@ def serve(
     port: int | None = None,
     workers: int | None = None,
     threads: int | None = None,
+    worker: str | None = None,
 ) -> None:
     """Serve every model of ``config_path`` with gunicorn until interrupted.
 
@@ -53,6 +54,7 @@ def serve(
         "SERVINGLIB_PORT": port,
         "SERVINGLIB_WORKERS": workers,
         "SERVINGLIB_THREADS": threads,
+        "SERVINGLIB_WORKER": worker,
     }
     environ = {**os.environ, **{k: str(v) for k, v in flags.items() if v is not None}}
     config: ServiceConfig = load_config(config_path, environ)  # fail fast, with a clear message

@@ -7,15 +7,21 @@ from typing import Any
 from servinglib.config import ServerConfig
 from servinglib.serve import hooks
 
-__all__ = ["WSGI_APP", "gunicorn_settings"]
+__all__ = ["WORKER_CLASSES", "WSGI_APP", "gunicorn_settings"]
 
 WSGI_APP = "servinglib.http.wsgi:app"
+WORKER_CLASSES = {
+    "asyncio": "servinglib.serve.asgi_worker.AsyncioWorker",
+    "gthread": "servinglib.serve.worker.LingeringThreadWorker",
+}
 
 
 def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
     """gunicorn settings for ``server``, with servinglib's lifecycle hooks.
 
-    gthread workers: ONNX Runtime and NumPy release the GIL, so threads overlap model work.
+    ``server.worker`` picks the worker class: asyncio (an event loop answering /infer,
+    Flask routes on threads) or gthread (a thread per request). Either way ONNX Runtime and
+    NumPy release the GIL, so model work overlaps the HTTP work.
     ``keepalive`` stays above Envoy's upstream idle timeout (60 s), or Envoy reuses a
     connection gunicorn just closed and clients see sporadic 503s. ``timeout`` stays above
     the Envoy route timeout (15 s): a worker killed by gunicorn loses every in-flight request.
@@ -24,7 +30,7 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "bind": [f"{server.host}:{server.port}"],
         "workers": server.workers,
         "threads": server.threads,
-        "worker_class": "servinglib.serve.worker.LingeringThreadWorker",
+        "worker_class": WORKER_CLASSES[server.worker],
         "timeout": server.timeout_s,
         "graceful_timeout": server.graceful_timeout_s,
         "keepalive": server.keepalive_s,

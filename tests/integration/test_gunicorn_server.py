@@ -1,4 +1,4 @@
-"""A real ``servinglib serve``: gunicorn with 2 gthread workers on loopback, real HTTP."""
+"""A real ``servinglib serve``: gunicorn with 2 workers (asyncio, the default) on loopback, real HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The worker keeps a busy keep-alive connection on its thread, but never starves a new one."""
+"""Keep-alive connections under both worker classes: back-to-back and pipelined requests are
+answered in order, and busy connections never starve a new one (the gthread worker keeps a
+busy connection on its thread only while every connection can have one)."""
 
 from __future__ import annotations
 
@@ -32,10 +34,14 @@ def _infer(connection: http.client.HTTPConnection) -> dict[str, Any]:
     return answer
 
 
+WORKERS = pytest.mark.parametrize("worker", ["asyncio", "gthread"])
+
+
+@WORKERS
 def test_back_to_back_and_pipelined_requests_on_one_connection(
-    start_server: Any, service_config: Path
+    start_server: Any, service_config: Path, worker: str
 ) -> None:
-    server = start_server(service_config, "--workers", "1", "--threads", "4")
+    server = start_server(service_config, "--workers", "1", "--threads", "4", "--worker", worker)
     connection = _connection(server.url)
     outputs = [_infer(connection)["output"] for _ in range(200)]
     assert outputs == [{"score": 4.0}] * 200
@@ -59,9 +65,12 @@ def test_back_to_back_and_pipelined_requests_on_one_connection(
     assert received.count(b"HTTP/1.1 200") == 2, received
 
 
-def test_busy_connections_never_starve_a_new_one(start_server: Any, service_config: Path) -> None:
+@WORKERS
+def test_busy_connections_never_starve_a_new_one(
+    start_server: Any, service_config: Path, worker: str
+) -> None:
     """Two threads, two connections hammering back to back: a third client is still served."""
-    server = start_server(service_config, "--workers", "1", "--threads", "2")
+    server = start_server(service_config, "--workers", "1", "--threads", "2", "--worker", worker)
     stop = threading.Event()
     counts = [0, 0]
 

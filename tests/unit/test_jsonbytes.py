@@ -70,3 +70,21 @@ def test_to_plain_keeps_arrays_of_numbers_as_python_lists() -> None:
     plain = jsonbytes.to_plain({"a": np.array([[1, 2]], dtype=np.int32), "b": (np.float32(2),)})
     assert plain == {"a": [[1, 2]], "b": [2.0]}
     assert type(plain["a"][0][0]) is int
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"big": 69531477038413405745691230208, "negative": -(2**70)},
+        {"lone surrogate \ud882": ["\udd9a", 1.5]},
+        [2**64, float("1e300"), None],
+    ],
+)
+def test_what_orjson_refuses_but_json_carries_is_still_written(value: object) -> None:
+    """A request can hold these (the standard library parses them), so an echo must work."""
+    assert json.loads(jsonbytes.dumps(value)) == value
+
+
+def test_nan_next_to_a_big_integer_is_still_refused() -> None:
+    with pytest.raises(jsonbytes.NonFiniteError):
+        jsonbytes.dumps({"big": 2**70, "score": float("nan")})

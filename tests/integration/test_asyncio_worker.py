@@ -1,0 +1,116 @@
+"""The asyncio worker: the event loop never waits for a model, limits hold on both paths."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.integration
+
+SLOW_MODEL = '''
+import time
+import servinglib
+
+
+class Slow(servinglib.Model):
+    """Sleeps ``x`` seconds (a model holding its thread), then echoes ``x``."""
+
+    def load(self, path):
+        pass
+
+    def predict(self, features):
+        time.sleep(features["x"])
+        return {"slept": features["x"]}
+'''
+
+
+@pytest.fixture
+def slow_service(tmp_path: Path) -> Path:
+    (tmp_path / "models" / "slow" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "slow" / "model.py").write_text(SLOW_MODEL)
+    config = tmp_path / "servinglib.yaml"
+    config.write_text(
+        "service: slow\n"
+        "server: {max_request_body_bytes: 4096}\n"
+        "models:\n"
+        "  - name: slow\n"
+        "    class: models/slow/model.py:Slow\n"
+        "    repository: models/slow\n"
+        "    default_version: '1'\n"
+        "    require_self_tests: false\n"
+    )
+    return config
+
+
+def infer(url: str, seconds: float, **headers: str) -> requests.Response:
+    return requests.post(
+        f"{url}/infer", json={"model_id": "slow", "features": {"x": seconds}}, headers=headers
+    )
+
+
+def test_slow_unbatched_calls_run_in_parallel_and_never_block_the_loop(
+    start_server: Any, slow_service: Path
+) -> None:
+    server = start_server(slow_service, "--workers", "1", "--threads", "4", "--worker", "asyncio")
+    with ThreadPoolExecutor(8) as pool:
+        started = time.perf_counter()
+        slow = [pool.submit(infer, server.url, 0.5) for _ in range(4)]
+        time.sleep(0.1)
+        probe_started = time.perf_counter()
+        probe = requests.get(f"{server.url}/livez", timeout=5)
+        probe_s = time.perf_counter() - probe_started
+        answers = [future.result() for future in slow]
+        total_s = time.perf_counter() - started
+    assert probe.status_code == 200
+    assert probe_s < 0.25, f"/livez waited {probe_s:.3f} s behind the model calls"
+    assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
+    assert total_s < 1.5, f"4 calls of 0.5 s on 4 threads took {total_s:.2f} s"
+
+
+def test_deadline_answers_504_while_the_model_still_runs(
+    start_server: Any, slow_service: Path
+) -> None:
+    server = start_server(slow_service, "--workers", "1", "--worker", "asyncio")
+    started = time.perf_counter()
+    answer = infer(server.url, 1.0, **{"x-envoy-expected-rq-timeout-ms": "200"})
+    elapsed = time.perf_counter() - started
+    assert answer.status_code == 504, answer.text
+    assert "deadline" in answer.json()["error"]
+    assert elapsed < 0.9
+    assert infer(server.url, 0.0).status_code == 200
+
+
+def _chunked_post(url: str, path: str, size: int) -> tuple[int, dict[str, Any]]:
+    parsed = urlparse(url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=10)
+    body = b'{"model_id": "slow", "features": {"pad": "' + b"a" * size + b'"}}'
+    connection.request(
+        "POST",
+        path,
+        iter([body[i : i + 1000] for i in range(0, len(body), 1000)]),
+        {"Content-Type": "application/json"},
+        encode_chunked=True,
+    )
+    response = connection.getresponse()
+    answer: dict[str, Any] = json.loads(response.read())
+    connection.close()
+    return response.status, answer
+
+
+@pytest.mark.parametrize("path", ["/infer", "/v2/models/slow/infer"])
+def test_chunked_body_over_the_limit_is_refused_with_413(
+    start_server: Any, slow_service: Path, path: str
+) -> None:
+    server = start_server(slow_service, "--workers", "1", "--worker", "asyncio")
+    status, answer = _chunked_post(server.url, path, 10_000)
+    assert status == 413
+    assert "4096 bytes" in answer["error"]
+    assert infer(server.url, 0.0).status_code == 200  # the worker is fine

@@ -5,10 +5,11 @@
 Every server gets the same pre-tokenized sentence from `hey` on the same machine, at
 concurrency 1, 8, 32 and 64 (servinglib also at 1 right after 32). Setups:
 
-* servinglib, `runtime: onnx` with dynamic batching, 2 gunicorn workers (1 intra-op thread
-  each: cores / workers), metrics on and the JSON access log off (no peer writes one; the
-  trivial scenario measures servinglib with it on), and the text-in example (tokenized in
-  the server) on its own;
+* servinglib, `runtime: onnx` with dynamic batching, 2 gunicorn workers (asyncio, the
+  default; 1 intra-op thread each: cores / workers), metrics on and the JSON access log off
+  (no peer writes one; the trivial scenario measures servinglib with it on); the same with
+  the gthread worker (concurrency 1 and 32); and the text-in example (tokenized in the
+  server) on its own;
 * the seed's FastAPI + uvicorn + ThreadPoolExecutor(8) design, as the seed wrote it (one
   process, 2 intra-op threads) and with 2 uvicorn workers;
 * a naive Flask + gunicorn app without batching, 1 worker (2 threads) and 2 workers;
@@ -50,6 +51,7 @@ CONCURRENCY = (1, 8, 32, 64)
 PLOT = ROOT / "docs/images/minilm-serving.png"
 
 OURS = "servinglib (2 workers, batching)"
+OURS_GTHREAD = "servinglib, gthread worker (2 workers, batching)"
 TEXT_IN = "servinglib, text in (the example, tokenized in the server)"
 SEED = "seed FastAPI + ThreadPoolExecutor(8), 1 process"
 SEED_2 = "seed FastAPI + ThreadPoolExecutor(8), 2 uvicorn workers"
@@ -160,9 +162,12 @@ def _spin(
         counts[i] += 1
 
 
-def servinglib_service(workdir: Path, features: dict[str, list[list[int]]]) -> Path:
+def servinglib_service(
+    workdir: Path, features: dict[str, list[list[int]]], worker: str = "asyncio"
+) -> Path:
     """A `runtime: onnx` service for the INT8 model, with a self-test from the in-process run."""
-    version_dir = workdir / "minilm" / "models" / "1"
+    service = workdir / ("minilm" if worker == "asyncio" else f"minilm-{worker}")
+    version_dir = service / "models" / "1"
     version_dir.mkdir(parents=True)
     shutil.copy(MODEL / "model.onnx", version_dir / "model.onnx")
     arrays = {k: np.asarray(v, dtype=np.int64) for k, v in features.items()}
@@ -180,9 +185,10 @@ def servinglib_service(workdir: Path, features: dict[str, list[list[int]]]) -> P
             }
         )
     )
-    config = workdir / "minilm" / "servinglib.yaml"
+    config = service / "servinglib.yaml"
     config.write_text(
-        "service: bench-minilm\nserver: {workers: 2, threads: 32, log_level: warning}\n"
+        f"service: bench-minilm\nserver: {{workers: 2, threads: 32, log_level: warning, "
+        f"worker: {worker}}}\n"
         "models:\n  - name: minilm\n    runtime: onnx\n    repository: models\n"
         "    default_version: '1'\n"
         "    batching: {max_batch_size: 32, max_queue_delay_us: 2000, max_queue_size: 256}\n"
@@ -212,6 +218,13 @@ def setups(workdir: Path, features: dict[str, list[list[int]]], skip_peers: bool
     app = "benchmarks.peers.onnx_apps:"
     chosen = [
         Setup(OURS, lambda w: _servinglib(servinglib_service(w, features), w), "/infer", body),
+        Setup(
+            OURS_GTHREAD,
+            lambda w: _servinglib(servinglib_service(w, features, "gthread"), w),
+            "/infer",
+            body,
+            (1, 32),
+        ),
         Setup(
             TEXT_IN,
             lambda w: _servinglib(ROOT / "examples/sentence-embeddings/servinglib.yaml", w),

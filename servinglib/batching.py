@@ -5,8 +5,15 @@ them in batches and call ``predict_batch`` once per batch. A batch is dispatched
 
 * it is full (``max_batch_size``, or the largest ``preferred_batch_sizes`` available), or
 * its oldest request has waited ``max_queue_delay_us``, or
-* no other request is on its way: waiting cannot grow the batch, so a lone request is
-  never taxed with the queue delay (unlike a fixed window).
+* no other request is on its way (announced with :meth:`DynamicBatcher.incoming`) and it
+  holds at least as many requests as the previous batch: waiting cannot be expected to grow
+  it, so a lone client is never taxed with the queue delay (unlike a fixed window).
+
+The second half of the last rule is for callers that cannot announce requests (an event
+loop parses each request in one step): clients answered by the previous batch send their
+next requests within a moment, and dispatching the first of them alone would split every
+round into a batch of one and a batch of the rest. It forgets the previous batch after
+ten queue delays without one, so a lone request after a quiet spell never waits.
 
 A lone request that finds the batcher idle (nothing queued, running or on its way) runs on
 its caller's thread instead (:meth:`DynamicBatcher.run_inline`), which saves two thread
@@ -126,6 +133,8 @@ class DynamicBatcher:
         self._sequence = itertools.count()
         self._ordering = _Ordering()
         self._running = 0  # batches being run by executor threads
+        self._last_size = 0  # requests in the previous batch, and when it was dispatched
+        self._last_dispatch = float("-inf")
         self._inline = False  # a lone request running on its caller's thread, on runner 0
         self._threads = [
             threading.Thread(
@@ -225,9 +234,13 @@ class DynamicBatcher:
         fitting = [p for p in policy.preferred_batch_sizes if p <= n]
         if fitting and n >= max(policy.preferred_batch_sizes):
             return max(fitting)
-        if self._closed or self._incoming == 0:
+        if self._closed:
+            return n
+        delay = policy.max_queue_delay_us / 1e6
+        now = self._clock()
+        if self._incoming == 0 and (n >= self._last_size or now - self._last_dispatch > 10 * delay):
             return n  # nobody else is coming: waiting cannot grow the batch
-        if self._clock() - self._oldest() >= policy.max_queue_delay_us / 1e6:
+        if now - self._oldest() >= delay:
             return n
         return None
 
@@ -245,6 +258,7 @@ class DynamicBatcher:
                     batch = self._take(count)
                     depth = self._size
                     self._running += 1
+                    self._last_size, self._last_dispatch = len(batch), self._clock()
                     break
                 if self._closed and self._size == 0 and not self._inline:
                     return None

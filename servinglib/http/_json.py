@@ -42,7 +42,9 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
         raise InvalidInputError(
             f"request body nests deeper than {max_depth} levels; flatten it"
         ) from None
-    _check_depth(document, max_depth)
+    opening = (b"[", b"{") if isinstance(raw, bytes) else ("[", "{")
+    if raw.count(opening[0]) + raw.count(opening[1]) > max_depth:  # type: ignore[arg-type]
+        _check_depth(document, max_depth)  # (fewer brackets in all cannot nest deeper)
     return document
 
 

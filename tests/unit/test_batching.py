@@ -113,12 +113,39 @@ def test_preferred_batch_sizes_dispatch_early() -> None:
 
 
 def test_priorities_and_fifo_order() -> None:
-    batcher, _, _ = manual(BatchPolicy(max_batch_size=3, priority_levels=2, default_priority=1))
+    batcher, clock, _ = manual(BatchPolicy(max_batch_size=3, priority_levels=2, default_priority=1))
     for x in ("low-a", "low-b"):
         batcher.submit(x)
     batcher.submit("high", priority=0)
     batcher.submit("low-c")
-    assert drain(batcher, run=list) == [["high", "low-a", "low-b"], ["low-c"]]
+    assert drain(batcher, run=list) == [["high", "low-a", "low-b"]]
+    clock.advance(0.0021)  # fewer than last time: it waits the queue delay for company
+    assert drain(batcher, run=list) == [["low-c"]]
+
+
+def test_after_a_batch_of_n_the_next_waits_for_n_or_the_delay_then_forgets() -> None:
+    """Callers that cannot announce requests (an event loop) still get whole batches."""
+    batcher, clock, _ = manual(BatchPolicy(max_batch_size=8, max_queue_delay_us=2000))
+    for x in range(4):
+        batcher.submit(x)
+    assert drain(batcher) == [[0, 1, 2, 3]]
+    batcher.submit(10)  # the first client of the previous batch is back
+    assert batcher.next_batch(timeout=0) is None
+    for x in (11, 12, 13):
+        batcher.submit(x)
+    assert drain(batcher) == [[10, 11, 12, 13]]  # as many as last time: no waiting
+    batcher.submit(14)
+    clock.advance(0.001)
+    assert batcher.next_batch(timeout=0) is None
+    clock.advance(0.0011)  # the queue delay is the most it ever waits
+    assert drain(batcher) == [[14]]
+    clock.advance(0.021)  # ten queue delays without a batch: the previous size is forgotten
+    batcher.submit(15)
+    batcher.submit(16)
+    assert drain(batcher) == [[15, 16]]
+    clock.advance(0.021)
+    batcher.submit(17)
+    assert drain(batcher) == [[17]]  # a lone request after a quiet spell never waits
 
 
 def test_bounded_queue_refuses_at_once() -> None:

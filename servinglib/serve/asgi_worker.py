@@ -12,11 +12,13 @@ import signal
 from types import FrameType
 from typing import Any, ClassVar
 
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
 from servinglib.http.asgi import AsgiFrontEnd
 
-__all__ = ["AsyncioWorker"]
+__all__ = ["AsyncioWorker", "limited_protocol"]
 
 
 class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
@@ -29,6 +31,12 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         "access_log": False,  # servinglib writes its own JSON request log
         "server_header": False,
     }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config.http = limited_protocol(
+            self.cfg.limit_request_field_size, self.cfg.limit_request_fields
+        )
 
     def load_wsgi(self) -> None:
         """Load the servinglib app, then put the event-loop front end around it."""
@@ -47,3 +55,75 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
 
 def _already_stopping(signum: int, frame: FrameType | None) -> None:
     """The worker is shutting down already: let it finish its exit hooks."""
+
+
+def limited_protocol(max_field_bytes: int, max_fields: int) -> type[HttpToolsProtocol]:
+    """httptools' protocol with gunicorn's header limits (``server.max_header_bytes``, ...).
+
+    httptools itself accepts any number and size of header fields; this answers 431 and
+    closes the connection when the request line or a field is longer than
+    ``max_field_bytes``, when there are more than ``max_fields`` fields, or when the head
+    grows past all of them together (so memory stays bounded while it arrives).
+    """
+
+    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+        _max_head = (max_fields + 1) * (max_field_bytes + 4)
+        _reading_head = True
+        _head_bytes = 0
+        _fields = 0
+        _url_bytes = 0
+        _refused = False
+
+        def data_received(self, data: bytes) -> None:
+            if self._reading_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > self._max_head:
+                    self._refuse(f"the request head is larger than {self._max_head} bytes")
+                    return
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            self._reading_head, self._head_bytes, self._fields, self._url_bytes = True, 0, 0, 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._url_bytes += len(url)
+            if self._url_bytes > max_field_bytes:
+                self._refuse(f"the request line is longer than {max_field_bytes} bytes")
+                raise _HeadRefusedError
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._fields += 1
+            if self._fields > max_fields:
+                self._refuse(f"the request has more than {max_fields} header fields")
+                raise _HeadRefusedError
+            if len(name) + len(value) + 2 > max_field_bytes:
+                field = name.decode("latin-1")[:64]
+                self._refuse(f"header field {field!r} is longer than {max_field_bytes} bytes")
+                raise _HeadRefusedError
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self._reading_head = False
+            super().on_headers_complete()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self._refused:  # a 431 already went out
+                super().send_400_response(msg)
+
+        def _refuse(self, reason: str) -> None:
+            self._refused = True
+            body = orjson.dumps({"error": f"{reason}; send a smaller request head"})
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-type: application/json\r\nconnection: close\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            self.transport.close()
+
+    return LimitedHttpToolsProtocol
+
+
+class _HeadRefusedError(Exception):
+    """Stops httptools once a limit is hit (the 431 is already written)."""

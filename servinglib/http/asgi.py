@@ -57,7 +57,11 @@ class AsgiFrontEnd:
         # uvicorn / gunicorn's asyncio worker calls front(scope, receive, send)
     """
 
-    def __init__(self, app: ServinglibApp, threads: int) -> None:
+    def __init__(
+        self, app: ServinglibApp, threads: int, close_when: Callable[[], bool] | None = None
+    ) -> None:
+        """``close_when``: asked before each /infer answer; True adds ``Connection: close``
+        (the worker holds more connections than its share)."""
         endpoint = app.extensions.get("servinglib.infer_endpoint")
         if not isinstance(endpoint, InferEndpoint):
             raise TypeError(
@@ -68,6 +72,7 @@ class AsgiFrontEnd:
         self._app = app
         self._endpoint = endpoint
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="servinglib-wsgi")
+        self._close_when = close_when
 
     @property
     def extensions(self) -> dict[str, Any]:
@@ -114,6 +119,8 @@ class AsgiFrontEnd:
         finally:
             in_flight.dec()
         status, headers = endpoint.finish(answer, environ, request_id, started)
+        if self._close_when is not None and self._close_when():
+            headers.append(("Connection", "close"))  # the client reconnects, maybe elsewhere
         await _respond(send, status, headers, answer.body)
         run_followups(followups)  # shadow copies: only once the answer is sent
 

@@ -17,6 +17,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
 from servinglib.http.asgi import AsgiFrontEnd
+from servinglib.serve.balance import ConnectionBalance
 
 __all__ = ["AsyncioWorker", "limited_protocol"]
 
@@ -32,17 +33,24 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         "server_header": False,
     }
 
+    balance: ClassVar[ConnectionBalance | None] = None  # shared by the workers of a server
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # runs in the master, before the fork
+        if AsyncioWorker.balance is None:
+            AsyncioWorker.balance = ConnectionBalance(slots=max(8, 2 * self.cfg.workers))
         self.config.http = limited_protocol(
-            self.cfg.limit_request_field_size, self.cfg.limit_request_fields
+            self.cfg.limit_request_field_size, self.cfg.limit_request_fields, AsyncioWorker.balance
         )
 
     def load_wsgi(self) -> None:
         """Load the servinglib app, then put the event-loop front end around it."""
         super().load_wsgi()
         app: Any = getattr(self, "wsgi")  # noqa: B009 (set by gunicorn, untyped)
-        self.wsgi = AsgiFrontEnd(app, threads=self.cfg.threads)
+        balance = AsyncioWorker.balance
+        assert balance is not None
+        balance.join()  # only now: a worker still loading its models must not attract clients
+        self.wsgi = AsgiFrontEnd(app, threads=self.cfg.threads, close_when=balance.crowded)
 
     async def _serve(self) -> None:
         # uvicorn re-raises SIGTERM/SIGINT once its graceful shutdown is done; with the
@@ -50,15 +58,23 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         # flushes the prediction log and shadow copies. From here on they are no-ops.
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _already_stopping)
-        await super()._serve()
+        try:
+            await super()._serve()
+        finally:
+            if AsyncioWorker.balance is not None:
+                AsyncioWorker.balance.leave()
 
 
 def _already_stopping(signum: int, frame: FrameType | None) -> None:
     """The worker is shutting down already: let it finish its exit hooks."""
 
 
-def limited_protocol(max_field_bytes: int, max_fields: int) -> type[HttpToolsProtocol]:
+def limited_protocol(
+    max_field_bytes: int, max_fields: int, balance: ConnectionBalance | None = None
+) -> type[HttpToolsProtocol]:
     """httptools' protocol with gunicorn's header limits (``server.max_header_bytes``, ...).
+
+    It also counts the worker's open connections in ``balance``.
 
     httptools itself accepts any number and size of header fields; this answers 431 and
     closes the connection when the request line or a field is longer than
@@ -73,6 +89,16 @@ def limited_protocol(max_field_bytes: int, max_fields: int) -> type[HttpToolsPro
         _fields = 0
         _url_bytes = 0
         _refused = False
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if balance is not None:
+                balance.opened()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if balance is not None:
+                balance.closed()
+            super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self._reading_head:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
+import signal
 import socket
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -151,3 +154,34 @@ def test_header_limits_hold_under_the_asyncio_worker(start_server: Any, slow_ser
         server.url, b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + within + b"\r\n"
     )
     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+
+
+def test_keepalive_connections_spread_over_the_workers(
+    start_server: Any, service_config: Path
+) -> None:
+    """All 8 connections open on one worker (the other is stopped); they end up shared."""
+    server = start_server(service_config, "--workers", "2", "--worker", "asyncio")
+    children = subprocess.run(
+        ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    workers = [int(pid) for pid in children]
+    assert len(workers) == 2, children
+    body = {"model_id": "whoami", "features": {}}
+    sessions = [requests.Session() for _ in range(8)]
+    os.kill(workers[1], signal.SIGSTOP)
+    try:
+        first = {s.post(f"{server.url}/infer", json=body).json()["output"]["pid"] for s in sessions}
+    finally:
+        os.kill(workers[1], signal.SIGCONT)
+    assert first == {workers[0]}
+    last: dict[int, int] = {}
+    for _ in range(30):
+        for session in sessions:
+            answer = session.post(f"{server.url}/infer", json=body)
+            assert answer.status_code == 200
+    for i, session in enumerate(sessions):
+        last[i] = session.post(f"{server.url}/infer", json=body).json()["output"]["pid"]
+    per_worker = [list(last.values()).count(pid) for pid in workers]
+    assert min(per_worker) >= 3, per_worker
+    for session in sessions:
+        session.close()

@@ -65,7 +65,7 @@ def scenario_trivial(
 ) -> list[LoadResult]:
     """Serving overhead of every setup, runs interleaved; the median of ``repeats`` is kept."""
     servers: dict[str, tuple[Callable[[], Server], str, Any]] = {
-        "servinglib (gunicorn gthread 2x8, metrics + JSON log)": (
+        "servinglib (2 asyncio workers, metrics + JSON log)": (
             lambda: start_servinglib(ROOT / "benchmarks/services/trivial/servinglib.yaml", workdir),
             "/infer",
             TRIVIAL_BODY,

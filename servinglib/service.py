@@ -368,16 +368,20 @@ class InferenceService:
             return False, pool.submit(
                 _prepare_and_predict, instance, features, deadline, self._clock
             )
-        with executor.incoming() as arrival:  # lets the batcher wait for it
+        if not blocking:  # an event loop prepares and queues in one step: nothing to announce
             payload = instance.prepare(features)  # validated before it joins a batch
             if deadline is not None and self._clock() >= deadline:
                 raise DeadlineExceededError("the request deadline passed before the model ran")
-            if blocking:
-                done, output = executor.run_inline(payload, arrival)  # batcher idle?
-                if done:
-                    if deadline is not None and self._clock() > deadline:
-                        raise _late(record)  # as late as a queued request would be
-                    return True, output
+            return False, executor.submit(payload, priority=priority, deadline=deadline)
+        with executor.incoming() as arrival:  # lets the batcher wait for it
+            payload = instance.prepare(features)
+            if deadline is not None and self._clock() >= deadline:
+                raise DeadlineExceededError("the request deadline passed before the model ran")
+            done, output = executor.run_inline(payload, arrival)  # batcher idle?
+            if done:
+                if deadline is not None and self._clock() > deadline:
+                    raise _late(record)  # as late as a queued request would be
+                return True, output
             return False, executor.submit(
                 payload, priority=priority, deadline=deadline, arrival=arrival
             )

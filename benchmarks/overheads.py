@@ -141,8 +141,9 @@ def main() -> int:
         )
     lines += [
         "",
-        "A lone request on an idle batcher runs on its own thread, so batching should cost it "
-        "nothing; the last two rows check that. See "
+        "Both servers use the default asyncio worker, which never runs a model on its event "
+        "loop: a lone batched request is handed to the batcher thread and back, an unbatched "
+        "one to a pool thread and back; the last two rows show what batching costs it. See "
         "[where the time goes](explanation/performance.md).",
         "",
         "<!-- bench:overheads:end -->",

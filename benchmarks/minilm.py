@@ -469,7 +469,7 @@ def plot(limit: dict[str, Any], results: dict[str, list[LoadResult]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(9, 5.5))
+    figure, axes = plt.subplots(figsize=(12, 5.5))
     for label in results:
         points = sorted(_by_c(results, label).values(), key=lambda r: r.concurrency)
         style = {"linewidth": 2.5, "color": "black"} if label == OURS else {"linewidth": 1.2}
@@ -491,7 +491,7 @@ def plot(limit: dict[str, Any], results: dict[str, list[LoadResult]]) -> None:
     axes.set_ylabel("requests/s (one sentence each)")
     axes.set_title("MiniLM INT8 on 2 cores: throughput against p95 latency, concurrency 1-64")
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=7, loc="upper left")
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
     figure.savefig(PLOT, dpi=110)

@@ -197,10 +197,22 @@ class InferenceService:
             DeadlineExceededError: no answer within the deadline.
             PredictionError: the model raised; details are logged under its error id.
         """
+        deadline, record = self._admit(model, features, version, routing_key, timeout_ms)
+        return self._call(record, features, request_id, deadline, priority, after_response)
+
+    def _admit(
+        self,
+        model: str,
+        features: Any,
+        version: str | None,
+        routing_key: str | None,
+        timeout_ms: float | None,
+    ) -> tuple[float, VersionRecord]:
+        """The request's deadline and the version that answers it, once its features pass."""
         deadline = self._deadline(model, timeout_ms)
         record = self.route(model, version, self.routing_key_of(model, routing_key, features))
         self._validate(model, features)
-        return self._call(record, features, request_id, deadline, priority, after_response)
+        return deadline, record
 
     def _validate(self, model: str, features: Any) -> None:
         """Check ``features`` against the model's ``input_schema``.
@@ -305,9 +317,8 @@ class InferenceService:
         with self._model_errors(record):
             done, value = self._start(record, features, deadline, priority, blocking=True)
             if not done:
-                remaining = None if deadline is None else max(0.0, deadline - self._clock())
                 try:
-                    value = value.result(timeout=remaining)
+                    value = value.result(timeout=self._remaining(deadline))
                 except FutureTimeout:
                     value.cancel()
                     raise _late(record) from None
@@ -330,19 +341,22 @@ class InferenceService:
         Batched versions queue the request and await the batch; the others run on the
         service's thread pool (``server.threads`` threads). Same errors as :meth:`infer`.
         """
-        deadline = self._deadline(model, timeout_ms)
-        record = self.route(model, version, self.routing_key_of(model, routing_key, features))
-        self._validate(model, features)
+        deadline, record = self._admit(model, features, version, routing_key, timeout_ms)
         started = time.perf_counter()
         with self._model_errors(record):
             done, value = self._start(record, features, deadline, priority, blocking=False)
             if not done:
-                remaining = None if deadline is None else max(0.0, deadline - self._clock())
                 try:
-                    value = await asyncio.wait_for(asyncio.wrap_future(value), remaining)
+                    value = await asyncio.wait_for(
+                        asyncio.wrap_future(value), self._remaining(deadline)
+                    )
                 except TimeoutError:
                     raise _late(record) from None  # wait_for cancelled the queued request
         return self._answered(record, features, value, request_id, started, after_response)
+
+    def _remaining(self, deadline: float | None) -> float | None:
+        """Seconds left until ``deadline`` (None: no deadline)."""
+        return None if deadline is None else max(0.0, deadline - self._clock())
 
     def _start(
         self,

@@ -42,9 +42,12 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
         raise InvalidInputError(
             f"request body nests deeper than {max_depth} levels; flatten it"
         ) from None
-    opening = (b"[", b"{") if isinstance(raw, bytes) else ("[", "{")
-    if raw.count(opening[0]) + raw.count(opening[1]) > max_depth:  # type: ignore[arg-type]
-        _check_depth(document, max_depth)  # (fewer brackets in all cannot nest deeper)
+    if isinstance(raw, bytes):
+        brackets = raw.count(b"[") + raw.count(b"{")
+    else:
+        brackets = raw.count("[") + raw.count("{")
+    if brackets > max_depth:  # fewer brackets in all cannot nest deeper
+        _check_depth(document, max_depth)
     return document
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "budgets_for_model",
     "check_budgets",
     "check_served_version",
+    "model_batches",
 ]
 
 BUDGET_KEYS = ("max_size_mb", "max_latency_ms", "max_accuracy_loss")
@@ -139,6 +140,14 @@ def budgets_for_model(config: ServiceConfig, model: str) -> Budgets:
             )
     names = [entry.name for entry in config.models]
     raise ConfigError(f"no model {model!r}; models: {', '.join(names)}", source=str(config.source))
+
+
+def model_batches(config: ServiceConfig, model: str) -> bool:
+    """True when ``model`` in a loaded servinglib.yaml serves with dynamic batching."""
+    return any(
+        entry.name == model and getattr(entry, "batching", None) is not None
+        for entry in config.models
+    )
 
 
 def check_served_version(

@@ -286,7 +286,7 @@ def _tie_key(c: CandidateResult) -> tuple[bool, float, float, float]:
     variant = not (c.invariance is not None and c.invariance.invariant)
     return (
         variant,
-        round(c.size_mb or 0.0, 3),
+        c.size_mb or 0.0,
         c.metric.loss if c.metric else np.inf,
         c.latency.p50_ms if c.latency else np.inf,
     )

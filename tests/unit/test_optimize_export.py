@@ -129,9 +129,7 @@ def test_a_trace_that_does_not_generalise_is_refused(tmp_path: Path) -> None:
     assert not out.exists()
     # allowed warnings still meet the numerical check on a batch one larger
     with pytest.raises(ExportVerificationError, match=r"on the batch\+1 input .*control flow"):
-        export_module(
-            ShapeBranch(), sample, out, output_names=["y"], allow_trace_warnings=True
-        )
+        export_module(ShapeBranch(), sample, out, output_names=["y"], allow_trace_warnings=True)
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

@@ -113,9 +113,7 @@ def test_cli_errors_have_no_traceback_and_no_temporary_path(
         ("broken", "factory 'factories.py:broken' raised RuntimeError: weights missing"),
         ("Dict", "returns a dict"),
     ):
-        code = main(
-            ["export", f"{factory}:{target}", "--sample", str(sample), "--out", str(out)]
-        )
+        code = main(["export", f"{factory}:{target}", "--sample", str(sample), "--out", str(out)])
         err = capsys.readouterr().err
         assert code == 2
         assert expected in err

@@ -23,6 +23,8 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from servinglib.optimize._chart import render_chart
 from servinglib.optimize._markdown import render_markdown
 from servinglib.optimize.budgets import BudgetResult
 from servinglib.optimize.compare import round_spread
+from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.graph import GraphResult
 from servinglib.optimize.invariance import InvarianceResult
 from servinglib.optimize.measure import CpuInfo, LatencyStats, ThroughputStats
@@ -42,6 +45,8 @@ __all__ = [
     "ReportFiles",
     "render_chart",
     "render_markdown",
+    "report_schema",
+    "validate_report",
     "write_report",
 ]
 
@@ -227,12 +232,42 @@ def _change(baseline: ModelFigures, optimized: ModelFigures | None) -> dict[str,
     }
 
 
+@cache
+def report_schema() -> dict[str, Any]:
+    """The published JSON Schema of ``optimize-report.json`` (``servinglib/schema/``)."""
+    text = (
+        resources.files("servinglib.schema")
+        .joinpath("optimize-report.schema.json")
+        .read_text(encoding="utf-8")
+    )
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def validate_report(document: dict[str, Any]) -> None:
+    """Check a report document against :func:`report_schema`.
+
+    Raises:
+        OptimizeError: the first violation, with its JSON path.
+    """
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(report_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise OptimizeError(
+            f"optimize report does not match its schema at {where}: {error.message}"
+        )
+
+
 def write_report(
     report: OptimizeReport, directory: Path, stem: str = "optimize-report"
 ) -> ReportFiles:
     """Write ``<stem>.json``, ``<stem>.md`` and ``<stem>.png`` into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     document = report.to_dict(base=directory)
+    validate_report(document)
     files = ReportFiles(
         json=directory / f"{stem}.json",
         markdown=directory / f"{stem}.md",

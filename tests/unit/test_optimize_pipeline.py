@@ -472,10 +472,24 @@ def test_public_names_resolve_lazily_to_the_api_not_to_submodules() -> None:
     import subprocess
     from types import ModuleType
 
+    import ast
+
     import servinglib.optimize as optimize
 
+    assert optimize.__all__ == sorted(optimize.__all__)
+    assert set(optimize.__all__) == set(optimize._EXPORTS)
+    tree = ast.parse(Path(optimize.__file__).read_text(encoding="utf-8"))
+    typed = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("servinglib.")
+        for alias in node.names
+    }
+    assert typed == set(optimize.__all__)
     for name in optimize.__all__:
-        assert not isinstance(getattr(optimize, name), ModuleType), name
+        value = getattr(optimize, name)
+        assert not isinstance(value, ModuleType), name
+        assert value.__module__ == f"servinglib.optimize.{optimize._EXPORTS[name]}", name
     # `servinglib --help` must not pay for numpy, onnx or torch through the optimize parser
     code = (
         "import sys, servinglib.cli as c; c._parser(); "

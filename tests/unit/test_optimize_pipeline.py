@@ -469,10 +469,9 @@ def test_progress_bar_runs(
 
 
 def test_public_names_resolve_lazily_to_the_api_not_to_submodules() -> None:
+    import ast
     import subprocess
     from types import ModuleType
-
-    import ast
 
     import servinglib.optimize as optimize
 

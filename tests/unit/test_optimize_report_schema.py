@@ -12,12 +12,12 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from optimize_models import regressor_rows, write_regressor  # noqa: E402
+from optimize_models import regressor_rows, write_regressor
 
-from servinglib.optimize.errors import OptimizeError  # noqa: E402
-from servinglib.optimize.measure import MeasureSettings  # noqa: E402
-from servinglib.optimize.pipeline import OptimizeSettings, optimize_model  # noqa: E402
-from servinglib.optimize.report import REPORT_FIELDS, report_schema, validate_report  # noqa: E402
+from servinglib.optimize.errors import OptimizeError
+from servinglib.optimize.measure import MeasureSettings
+from servinglib.optimize.pipeline import OptimizeSettings, optimize_model
+from servinglib.optimize.report import REPORT_FIELDS, report_schema, validate_report
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 EXAMPLE_REPORTS = sorted(REPOSITORY.glob("examples/*/report*/**/optimize-report.json"))

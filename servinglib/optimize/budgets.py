@@ -193,7 +193,7 @@ def is_quantized_version(version_dir: Path) -> bool:
     """True when an ``.onnx`` file of ``version_dir`` has quantized operators (an INT8 model)."""
     try:
         import onnx
-        from google.protobuf.message import DecodeError
+        from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
     except ImportError:
         return False
     for path in sorted(version_dir.glob("*.onnx")):

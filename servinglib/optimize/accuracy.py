@@ -204,7 +204,8 @@ def _spearman(ref: np.ndarray, cand: np.ndarray) -> float:
             values.append(0.0)
             continue
         values.append(float(np.corrcoef(a, b)[0, 1]))
-    return float(np.mean(values)) if values else 1.0
+    # rounded: identical rankings give exactly 1, not 1 - 1e-16
+    return round(float(np.mean(values)), 12) if values else 1.0
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

@@ -59,6 +59,7 @@ __all__ = [
     "SearchResult",
     "SearchSettings",
     "auto_candidates",
+    "pick_candidate",
     "planned_steps",
     "search_candidates",
 ]
@@ -255,25 +256,34 @@ class _Searcher:
         stats = measure_latency(sessions, feed, self.settings.measure)
         for i, candidate in enumerate(accepted):
             candidate.latency = stats[str(i)]
-        fastest = min(accepted, key=lambda c: c.latency.p50_ms if c.latency else np.inf)
-        tied = []
-        for candidate in accepted:
-            if candidate is fastest:
-                candidate.comparison = "fastest median"
-                tied.append(candidate)
-                continue
-            verdict = _compare(candidate, fastest)
-            candidate.comparison = verdict.describe("this", fastest.name)
-            if verdict.faster is not False:
-                tied.append(candidate)
-        chosen = min(tied, key=_tie_key)
-        if len(tied) == 1:
-            return chosen, "measurably faster than every other accepted candidate"
-        names = ", ".join(c.name for c in tied)
-        return chosen, (
-            f"latency cannot tell apart {names}; among them preferred batch-invariant, then "
-            "smaller, then less lossy"
-        )
+        return pick_candidate(accepted)
+
+
+def pick_candidate(accepted: Sequence[CandidateResult]) -> tuple[CandidateResult, str]:
+    """The accepted candidate to keep (latencies measured), and why.
+
+    Candidates whose rounds cannot be told apart from the fastest median are tied; among
+    them batch-invariant wins, then smaller, then less lossy.
+    """
+    fastest = min(accepted, key=lambda c: c.latency.p50_ms if c.latency else np.inf)
+    tied = []
+    for candidate in accepted:
+        if candidate is fastest:
+            candidate.comparison = "fastest median"
+            tied.append(candidate)
+            continue
+        verdict = _compare(candidate, fastest)
+        candidate.comparison = verdict.describe("this", fastest.name)
+        if verdict.faster is not False:
+            tied.append(candidate)
+    chosen = min(tied, key=_tie_key)
+    if len(tied) == 1:
+        return chosen, "measurably faster than every other accepted candidate"
+    names = ", ".join(c.name for c in tied)
+    return chosen, (
+        f"latency cannot tell apart {names}; among them preferred batch-invariant, then "
+        "smaller, then less lossy"
+    )
 
 
 def _compare(a: CandidateResult, b: CandidateResult) -> Comparison:

@@ -15,7 +15,7 @@ size, then loss, all of which are measured exactly.
 Example::
 
     verdict = compare_rounds(a.rounds_p50_ms, b.rounds_p50_ms)
-    print(verdict.faster, verdict.describe("static", "dynamic"))
+    print(verdict.faster, verdict.describe("dynamic"))
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ class Comparison:
     needed: int
     ratio: float
 
-    def describe(self, a: str, b: str) -> str:
-        """E.g. ``static faster than dynamic (won 5 of 5 rounds, 0.82x)``."""
+    def describe(self, other: str) -> str:
+        """E.g. ``faster than dynamic (won 5 of 5 rounds, 0.82x the time)``."""
         detail = f"won {self.wins} of {self.rounds} rounds, {self.ratio:.2f}x the time"
         if self.faster is None:
             need = (
@@ -52,8 +52,8 @@ class Comparison:
                 if self.needed <= self.rounds
                 else "too few rounds to tell"
             )
-            return f"{a} indistinguishable from {b} ({detail}; {need})"
-        return f"{a} {'faster' if self.faster else 'slower'} than {b} ({detail})"
+            return f"indistinguishable from {other} ({detail}; {need})"
+        return f"{'faster' if self.faster else 'slower'} than {other} ({detail})"
 
 
 def _needed(rounds: int) -> int:

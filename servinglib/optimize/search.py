@@ -273,7 +273,7 @@ def pick_candidate(accepted: Sequence[CandidateResult]) -> tuple[CandidateResult
             tied.append(candidate)
             continue
         verdict = _compare(candidate, fastest)
-        candidate.comparison = verdict.describe("this", fastest.name)
+        candidate.comparison = verdict.describe(fastest.name)
         if verdict.faster is not False:
             tied.append(candidate)
     chosen = min(tied, key=_tie_key)

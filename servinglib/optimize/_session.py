@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -73,6 +75,20 @@ def open_session(
     return Session(raw, path, output)
 
 
+_PATH = re.compile(r"/[^\s'\"]+")
+# mkdtemp names: servinglib-optimize-XXXXXXXX, or .model.onnx.XXXXXXXX staging directories
+_TEMPORARY = re.compile(r"^(servinglib-[a-z-]+|\..+)[_a-z0-9]{8}$")
+
+
+def _short(match: re.Match[str]) -> str:
+    path = PurePosixPath(match.group(0))
+    inside_tmp = str(path).startswith(tempfile.gettempdir().rstrip("/") + "/")
+    if inside_tmp or any(_TEMPORARY.match(part) for part in path.parts[:-1]):
+        return path.name
+    return match.group(0)
+
+
 def first_line(error: Exception) -> str:
-    """The gist of an ONNX Runtime error, without the temporary paths it embeds."""
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    """The gist of an error: its first line, temporary paths cut to their file names."""
+    text = str(error).strip()
+    return _PATH.sub(_short, text.splitlines()[0]) if text else type(error).__name__

@@ -264,3 +264,17 @@ def test_exclusions_target_only_nodes_the_method_changed(regressor: Path, tmp_pa
     static = tmp_path / "static.onnx"
     quantize_model(regressor, static, QuantizeOptions(method="static"), calibration=calibration)
     assert {"fc1", "fc2"} <= changed_nodes(regressor, static)
+
+
+def test_error_messages_cut_temporary_paths_to_file_names(tmp_path: Path) -> None:
+    import tempfile
+
+    from servinglib.optimize._session import first_line
+
+    work = Path(tempfile.gettempdir()) / "servinglib-optimize-ab12cd34" / "candidate-3.onnx"
+    staged = tmp_path / ".eta.onnx.k2j3h4g5" / "eta.onnx"
+    message = first_line(RuntimeError(f"Load model from {work} failed: bad\nstack"))
+    assert message == "Load model from candidate-3.onnx failed: bad"
+    assert first_line(RuntimeError(f"cannot open {staged}")) == "cannot open eta.onnx"
+    user = Path("/srv/models/eta.onnx")
+    assert first_line(RuntimeError(f"cannot open {user}")) == f"cannot open {user}"

@@ -272,7 +272,7 @@ def test_error_messages_cut_temporary_paths_to_file_names(tmp_path: Path) -> Non
     from servinglib.optimize._session import first_line
 
     work = Path(tempfile.gettempdir()) / "servinglib-optimize-ab12cd34" / "candidate-3.onnx"
-    staged = tmp_path / ".eta.onnx.k2j3h4g5" / "eta.onnx"
+    staged = Path("/srv/work/.eta.onnx.k2j3h4g5/eta.onnx")
     message = first_line(RuntimeError(f"Load model from {work} failed: bad\nstack"))
     assert message == "Load model from candidate-3.onnx failed: bad"
     assert first_line(RuntimeError(f"cannot open {staged}")) == "cannot open eta.onnx"

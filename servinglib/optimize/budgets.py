@@ -11,9 +11,9 @@ when one is exceeded, so CI can hold edge targets (e.g. < 5 MB, < 15 ms median):
         optimize_budgets: {max_size_mb: 5, max_latency_ms: 15, max_accuracy_loss: 0.003}
 
 Budgets belong to versions: ``servinglib selftest`` holds to them the versions listed under
-``versions:`` or, without that key, the versions whose ONNX model is quantized (what
-``servinglib optimize`` makes), so a kept FP32 rollback version is not failed for ever by
-an INT8 size budget.
+``versions:`` or, without that key, every version but those whose ONNX model is FP32 (no
+quantized operator), so a kept FP32 rollback version is not failed for ever by an INT8
+size budget, and a version without an ONNX file is checked as before.
 
 Example::
 
@@ -72,7 +72,7 @@ class Budgets:
         max_latency_ms: largest median (p50) single-request latency, in milliseconds.
         max_accuracy_loss: largest loss of the chosen metric against FP32 (a fraction:
             0.003 is 0.3 accuracy points, 0.01 is a mean cosine of 0.99).
-        versions: the versions held to these budgets (None: the quantized ones).
+        versions: the versions held to these budgets (None: all but FP32 ONNX versions).
     """
 
     max_size_mb: float | None = None
@@ -89,7 +89,7 @@ class Budgets:
         """True when the version at ``version_dir`` is held to these budgets."""
         if self.versions is not None:
             return version_dir.name in self.versions
-        return is_quantized_version(version_dir)
+        return not is_fp32_onnx_version(version_dir)
 
     @classmethod
     def from_mapping(
@@ -189,22 +189,23 @@ def model_batches(config: ServiceConfig, model: str) -> bool:
     )
 
 
-def is_quantized_version(version_dir: Path) -> bool:
-    """True when an ``.onnx`` file of ``version_dir`` has quantized operators (an INT8 model)."""
+def is_fp32_onnx_version(version_dir: Path) -> bool:
+    """True when ``version_dir`` holds ONNX models and none has a quantized operator."""
     try:
         import onnx
         from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
     except ImportError:
         return False
-    for path in sorted(version_dir.glob("*.onnx")):
+    models = sorted(version_dir.glob("*.onnx"))
+    for path in models:
         try:
             graph = onnx.load(str(path), load_external_data=False).graph
         except (OSError, DecodeError):
-            # an unreadable file is not quantized; loading the version reports it
-            graph = None
-        if graph is not None and any(node.op_type in _QUANTIZED_OPS for node in graph.node):
-            return True
-    return False
+            # unreadable: not known to be FP32; loading the version reports the error
+            return False
+        if any(node.op_type in _QUANTIZED_OPS for node in graph.node):
+            return False
+    return bool(models)
 
 
 def check_served_version(

@@ -577,9 +577,13 @@ def test_budgets_belong_to_their_versions(tmp_path: Path, model: Path) -> None:
     def results(budgets: Budgets, version: Path) -> list[bool]:
         return [r.passed for r in check_served_version(RowwiseModel(), version, [], budgets)]
 
-    # no `versions:`: only the quantized version is held to an INT8 budget
+    # no `versions:`: an FP32 ONNX version is not held to an INT8 budget; others are
     assert results(tiny, fp32) == []
     assert results(tiny, int8) == [False]
+    python_only = tmp_path / "repo" / "3"
+    python_only.mkdir()
+    (python_only / "weights.bin").write_bytes(b"\0" * 100)
+    assert results(tiny, python_only) == [False]
     # `versions:` names them explicitly
     listed = Budgets.from_mapping({"max_size_mb": 0.000001, "versions": ["1"]})
     assert listed.versions == ("1",)

@@ -121,7 +121,7 @@ def render_markdown(document: dict[str, Any]) -> str:
         "",
         _reproducibility(document),
         "",
-        f"Metric: `{acc['metric']}`: {acc.get('why') or 'given'}.",
+        f"Metric: `{acc['metric']}`. Why: {acc['why']}.",
         "",
         "## Candidates",
         "",

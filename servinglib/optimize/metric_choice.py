@@ -41,9 +41,9 @@ def choose_metric(
 ) -> tuple[str, str]:
     """The metric to use and, in words, why."""
     if is_user_metric(metric):
-        return metric, f"user metric {metric} (--metric)"
+        return metric, f"the user metric named by --metric {metric}"
     if metric != "auto":
-        return metric, f"--metric {metric}"
+        return metric, f"named by --metric {metric}"
     sizes = {int(o.size) for o in reference}
     if sizes == {1}:
         return "relative-error", (

@@ -32,6 +32,7 @@ __all__ = [
     "has_external_data",
     "model_size_mb",
     "refuse_overwriting_source",
+    "save_with_external_data",
 ]
 
 _EXTERNAL = 1  # onnx.TensorProto.EXTERNAL
@@ -90,7 +91,12 @@ def copy_model(source: Path, destination: Path) -> None:
         shutil.copyfile(source, destination)
         return
     onnx = require("onnx", "copying an ONNX model")
-    model = onnx.load(str(source))
+    save_with_external_data(onnx.load(str(source)), destination)
+
+
+def save_with_external_data(model: Any, destination: Path) -> None:
+    """Save ``model`` with its tensors in one ``<destination name>.data`` file next to it."""
+    onnx = require("onnx", "saving an ONNX model")
     onnx.save(
         model,
         str(destination),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.optimize._deps import require
-from servinglib.optimize._files import StagedOutput, has_external_data
+from servinglib.optimize._files import StagedOutput, has_external_data, save_with_external_data
 from servinglib.optimize._per_token import rewrite_per_token
 from servinglib.optimize._session import first_line
 from servinglib.optimize.errors import OptimizeError
@@ -238,14 +238,7 @@ def _per_token(
             "token; use --method dynamic or static"
         )
     if external:
-        onnx.save(
-            model,
-            str(destination),
-            save_as_external_data=True,
-            all_tensors_to_one_file=True,
-            location=destination.name + ".data",
-            size_threshold=1024,
-        )
+        save_with_external_data(model, destination)
         onnx.checker.check_model(str(destination))
     else:
         onnx.checker.check_model(model)

@@ -148,3 +148,28 @@ def test_labels_files(tmp_path: Path) -> None:
     assert load_labels(tmp_path / "labels.txt", 3).tolist() == [3, 1, 2]
     with pytest.raises(OptimizeError, match="3 labels for 4 validation samples"):
         load_labels(tmp_path / "labels.txt", 4)
+
+
+def test_the_report_warns_when_rounds_differ_a_lot() -> None:
+    from servinglib.optimize.measure import ThroughputStats, cpu_info
+    from servinglib.optimize.pipeline import OptimizeSettings, _warnings
+    from servinglib.optimize.report import ModelFigures
+    from servinglib.optimize.search import SearchResult
+
+    steady = candidate("static", [1.00, 1.02, 0.99, 1.01, 1.00], invariant=True, size=1.0)
+    noisy = candidate("dynamic", [1.00, 1.60, 0.95, 1.30, 1.00], invariant=True, size=1.0)
+    assert steady.latency is not None
+    assert steady.invariance is not None
+    figures = ModelFigures(
+        Path("m.onnx"),
+        1.0,
+        steady.latency,
+        ThroughputStats(4, 100.0, (100.0,)),
+        1.0,
+        steady.invariance,
+    )
+    search = SearchResult([steady, noisy], steady, [])
+    found = _warnings(figures, figures, search, cpu_info("flags: avx512_vnni"), OptimizeSettings())
+    spread = [w for w in found if "latency rounds" in w]
+    assert len(spread) == 1
+    assert spread[0].startswith("latency rounds of dynamic differ by 65% (more than 25%)")

@@ -167,12 +167,18 @@ def _invariance(result: InvarianceResult | None) -> dict[str, Any] | None:
 
 
 def _relative(path: Path, base: Path | None) -> str:
+    """``path`` relative to the report; just its name when the two share no directory."""
     if base is None or not path.is_absolute():
         return path.as_posix()
+    target, origin = path.resolve(), base.resolve()
     try:
-        return Path(os.path.relpath(path.resolve(), base.resolve())).as_posix()
+        common = Path(os.path.commonpath([target, origin]))
     except ValueError:  # another drive (Windows)
         return path.name
+    if common == Path(common.anchor):
+        # e.g. a model in a temporary directory: its location means nothing elsewhere
+        return path.name
+    return Path(os.path.relpath(target, origin)).as_posix()
 
 
 def _latency(stats: LatencyStats | None) -> dict[str, Any] | None:

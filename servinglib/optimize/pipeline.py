@@ -191,17 +191,21 @@ def _warnings(
             "this CPU has no VNNI: u8xs8 INT8 kernels may saturate and run slower; "
             "consider --reduce-range"
         )
-    measured = [("FP32", baseline.latency.rounds_p50_ms)]
+    measured = [("latency", "FP32", baseline.latency.rounds_p50_ms)]
+    measured.append(("throughput", "FP32", baseline.throughput.rounds_samples_per_s))
     if optimized is not None:
-        measured.append(("INT8", optimized.latency.rounds_p50_ms))
-    measured += [(c.name, c.latency.rounds_p50_ms) for c in search.candidates if c.latency]
-    for name, rounds in measured:
+        measured.append(("latency", "INT8", optimized.latency.rounds_p50_ms))
+        measured.append(("throughput", "INT8", optimized.throughput.rounds_samples_per_s))
+    measured += [
+        ("latency", c.name, c.latency.rounds_p50_ms) for c in search.candidates if c.latency
+    ]
+    for figure, name, rounds in measured:
         spread = round_spread(rounds)
         if spread > ROUND_SPREAD_WARNING:
             found.append(
-                f"latency rounds of {name} differ by {spread:.0%} (more than "
+                f"{figure} rounds of {name} differ by {spread:.0%} (more than "
                 f"{ROUND_SPREAD_WARNING:.0%}): the machine was busy or throttling; rerun on "
-                "a quiet machine or raise --repeats before trusting the latency figures"
+                f"a quiet machine or raise --repeats before trusting the {figure} figures"
             )
     return found
 

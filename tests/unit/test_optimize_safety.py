@@ -278,3 +278,42 @@ def test_error_messages_cut_temporary_paths_to_file_names(tmp_path: Path) -> Non
     assert first_line(RuntimeError(f"cannot open {staged}")) == "cannot open eta.onnx"
     user = Path("/srv/models/eta.onnx")
     assert first_line(RuntimeError(f"cannot open {user}")) == f"cannot open {user}"
+
+
+def test_measured_sessions_are_set_up_as_the_server_sets_them_up(regressor: Path) -> None:
+    import onnxruntime as ort
+
+    from servinglib.runtimes.onnx import session_options
+
+    served = session_options(ort, graph_level="all", intra_op_threads=1)
+    measured = open_session(regressor, threads=1).raw.get_session_options()
+    for options in (served, measured):
+        assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        assert options.intra_op_num_threads == 1
+        assert options.inter_op_num_threads == 1
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_cli_runs_a_user_metric(
+    regressor: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "eta_metrics.py").write_text(
+        "import numpy as np\n"
+        "def late_share(reference, candidate, labels):\n"
+        "    return float(np.mean([c.item() > r.item() + 60 for r, c in zip(reference, candidate)]))\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        code = main(
+            ["run", str(regressor), "--validation", str(tmp_path / "valid.npz"),
+             "--method", "dynamic", "--metric", "eta_metrics:late_share",
+             "--out", str(tmp_path / "o" / "eta.onnx"), "--no-progress", *QUICK_FLAGS]
+        )  # fmt: skip
+    finally:
+        sys.path.remove(str(tmp_path))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "metric eta_metrics:late_share: the user metric named by --metric" in out
+    document = json.loads((tmp_path / "o" / "optimize-report.json").read_text())
+    assert document["accuracy"]["metric"] == "eta_metrics:late_share"
+    assert document["accuracy"]["loss"] == 0.0

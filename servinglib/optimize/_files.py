@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from servinglib.optimize._deps import require
+from servinglib.optimize._messages import first_line, without_temporary_paths
 from servinglib.optimize.errors import OptimizeError
 
 __all__ = [
@@ -44,7 +45,8 @@ def external_data_files(path: Path) -> list[Path]:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:
-        raise OptimizeError(f"cannot read ONNX model {path}: {e}") from e
+        shown = without_temporary_paths(str(path))
+        raise OptimizeError(f"cannot read ONNX model {shown}: {first_line(e)}") from e
     locations: dict[str, None] = {}
     for tensor in _tensors(model.graph):
         if tensor.data_location == _EXTERNAL:

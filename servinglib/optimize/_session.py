@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import re
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from servinglib.errors import ModelLoadError
 from servinglib.optimize._deps import require
+from servinglib.optimize._messages import first_line
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.samples import Feed, stack_feeds
 from servinglib.runtimes.onnx import GRAPH_LEVELS, choose_providers, session_options
 
-__all__ = ["GRAPH_LEVELS", "Session", "first_line", "open_session"]
+__all__ = ["GRAPH_LEVELS", "Session", "open_session"]
 
 
 class Session:
@@ -27,7 +26,7 @@ class Session:
         self.path = path
         names = [node.name for node in raw.get_outputs()]
         if output is not None and output not in names:
-            raise OptimizeError(f"{path} has no output {output!r}; its outputs are {names}")
+            raise OptimizeError(f"{path.name} has no output {output!r}; its outputs are {names}")
         self.output = output or names[0]
 
     def run(self, feed: Feed) -> np.ndarray:
@@ -73,22 +72,3 @@ def open_session(
     except Exception as e:
         raise OptimizeError(f"ONNX Runtime cannot load {path.name}: {first_line(e)}") from e
     return Session(raw, path, output)
-
-
-_PATH = re.compile(r"/[^\s'\"]+")
-# mkdtemp names: servinglib-optimize-XXXXXXXX, or .model.onnx.XXXXXXXX staging directories
-_TEMPORARY = re.compile(r"^(servinglib-[a-z-]+|\..+)[_a-z0-9]{8}$")
-
-
-def _short(match: re.Match[str]) -> str:
-    path = PurePosixPath(match.group(0))
-    inside_tmp = str(path).startswith(tempfile.gettempdir().rstrip("/") + "/")
-    if inside_tmp or any(_TEMPORARY.match(part) for part in path.parts[:-1]):
-        return path.name
-    return match.group(0)
-
-
-def first_line(error: Exception) -> str:
-    """The gist of an error: its first line, temporary paths cut to their file names."""
-    text = str(error).strip()
-    return _PATH.sub(_short, text.splitlines()[0]) if text else type(error).__name__

@@ -34,7 +34,7 @@ from servinglib._importing import import_object
 from servinglib.errors import ModelLoadError
 from servinglib.optimize._deps import require
 from servinglib.optimize._files import StagedOutput
-from servinglib.optimize._session import first_line
+from servinglib.optimize._messages import first_line
 from servinglib.optimize.errors import ExportVerificationError, OptimizeError
 
 __all__ = ["DEFAULT_OPSET", "ExportResult", "export_module", "load_module"]

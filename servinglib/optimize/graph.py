@@ -25,7 +25,8 @@ from typing import Any
 from servinglib.errors import ModelLoadError
 from servinglib.optimize._deps import require
 from servinglib.optimize._files import StagedOutput, has_external_data
-from servinglib.optimize._session import first_line, open_session
+from servinglib.optimize._messages import first_line
+from servinglib.optimize._session import open_session
 from servinglib.optimize.errors import OptimizeError
 from servinglib.runtimes.onnx import GRAPH_LEVELS, session_options
 

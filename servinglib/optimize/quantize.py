@@ -29,8 +29,8 @@ from typing import Any
 
 from servinglib.optimize._deps import require
 from servinglib.optimize._files import StagedOutput, has_external_data, save_with_external_data
+from servinglib.optimize._messages import first_line
 from servinglib.optimize._per_token import rewrite_per_token
-from servinglib.optimize._session import first_line
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.samples import Feed, SampleSet
 

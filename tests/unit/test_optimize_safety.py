@@ -269,7 +269,7 @@ def test_exclusions_target_only_nodes_the_method_changed(regressor: Path, tmp_pa
 def test_error_messages_cut_temporary_paths_to_file_names(tmp_path: Path) -> None:
     import tempfile
 
-    from servinglib.optimize._session import first_line
+    from servinglib.optimize._messages import first_line
 
     work = Path(tempfile.gettempdir()) / "servinglib-optimize-ab12cd34" / "candidate-3.onnx"
     staged = Path("/srv/work/.eta.onnx.k2j3h4g5/eta.onnx")
@@ -317,3 +317,21 @@ def test_cli_runs_a_user_metric(
     document = json.loads((tmp_path / "o" / "optimize-report.json").read_text())
     assert document["accuracy"]["metric"] == "eta_metrics:late_share"
     assert document["accuracy"]["loss"] == 0.0
+
+
+def test_an_error_in_the_middle_of_a_run_leaves_out_untouched(
+    regressor: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "served" / "eta.onnx"
+    out.parent.mkdir()
+    out.write_bytes(b"the model in production")
+    code = main(
+        ["run", str(regressor), "--validation", str(tmp_path / "valid.npz"),
+         "--output", "no_such_output", "--out", str(out), "--no-progress", *QUICK_FLAGS]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "has no output 'no_such_output'; its outputs are ['eta']" in err
+    assert "Traceback" not in err
+    assert out.read_bytes() == b"the model in production"
+    assert [p.name for p in out.parent.iterdir()] == ["eta.onnx"]

@@ -1,4 +1,4 @@
-"""Accuracy-aware search: try quantization candidates, keep the fastest within the loss budget.
+"""Accuracy-aware search: try quantization candidates, keep the best within the loss budget.
 
 Candidates, in order:
 
@@ -318,7 +318,7 @@ def search_candidates(
     candidates: Sequence[QuantizeOptions] | None = None,
     progress: Progress | None = None,
 ) -> SearchResult:
-    """Quantize ``source`` with each candidate and choose the fastest accepted one.
+    """Quantize ``source`` with each candidate and choose among the accepted ones.
 
     ``candidates`` defaults to :func:`auto_candidates`; pass one to check a fixed method
     against the same budgets. Files are written to ``work_dir``.

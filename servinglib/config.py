@@ -163,7 +163,7 @@ class ModelConfig:
     load_timeout_s: float = 600.0
     allow_pickle: bool = False
     sha256: Mapping[str, str] = field(default_factory=dict)
-    optimize_budgets: Mapping[str, float] | None = None
+    optimize_budgets: Mapping[str, Any] | None = None
     key_path: str = ""
 
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from servinglib.errors import ModelLoadError
 from servinglib.optimize._deps import require
+from servinglib.optimize._messages import first_line
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.samples import Feed, stack_feeds
-from servinglib.runtimes.onnx import choose_providers
+from servinglib.runtimes.onnx import GRAPH_LEVELS, choose_providers, session_options
 
 __all__ = ["GRAPH_LEVELS", "Session", "open_session"]
-
-GRAPH_LEVELS = ("disable", "basic", "extended", "all")
 
 
 class Session:
@@ -26,7 +26,7 @@ class Session:
         self.path = path
         names = [node.name for node in raw.get_outputs()]
         if output is not None and output not in names:
-            raise OptimizeError(f"{path} has no output {output!r}; its outputs are {names}")
+            raise OptimizeError(f"{path.name} has no output {output!r}; its outputs are {names}")
         self.output = output or names[0]
 
     def run(self, feed: Feed) -> np.ndarray:
@@ -52,33 +52,23 @@ def open_session(
     output: str | None = None,
     providers: Sequence[str] | None = None,
 ) -> Session:
-    """An ONNX Runtime session with ``threads`` intra-op threads and one inter-op thread.
+    """An ONNX Runtime session set up as ``runtime: onnx`` serves (one inter-op thread).
+
+    The options come from :func:`servinglib.runtimes.onnx.session_options`, the function the
+    server uses, so what is measured here is the session that serves.
 
     Raises:
         OptimizeError: ONNX Runtime is missing or cannot load ``path``.
     """
     ort = require("onnxruntime", "running an ONNX model")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = graph_level(ort, level)
+    try:
+        options = session_options(ort, graph_level=level, intra_op_threads=threads)
+        chosen = choose_providers(ort.get_available_providers(), providers)
+    except ModelLoadError as e:
+        raise OptimizeError(str(e)) from e
     options.log_severity_level = 3
-    chosen = choose_providers(ort.get_available_providers(), providers)
     try:
         raw = ort.InferenceSession(str(path), sess_options=options, providers=chosen)
     except Exception as e:
-        raise OptimizeError(f"ONNX Runtime cannot load {path}: {e}") from e
+        raise OptimizeError(f"ONNX Runtime cannot load {path.name}: {first_line(e)}") from e
     return Session(raw, path, output)
-
-
-def graph_level(ort: Any, level: str) -> Any:
-    """The ``GraphOptimizationLevel`` named ``level`` (disable, basic, extended, all)."""
-    levels = {
-        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }
-    if level not in levels:
-        raise OptimizeError(f"graph optimization level {level!r} is not one of {list(levels)}")
-    return levels[level]

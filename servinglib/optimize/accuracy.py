@@ -2,14 +2,22 @@
 
 Each metric gives a value and a *loss* (how much worse than the original, ≥ 0 is worse):
 
-=================  =================================================  ===========================
-metric             value                                              loss
-=================  =================================================  ===========================
-``accuracy``       share of argmax predictions equal to the labels    FP32 accuracy - value
-``top1``           share of argmax predictions equal to FP32's        1 - value
-``cosine``         mean cosine similarity of outputs with FP32's      1 - value
-``max-abs-error``  largest absolute difference from FP32's outputs    value
-=================  =================================================  ===========================
+==================  ===================================================  =====================
+metric              value                                                loss
+==================  ===================================================  =====================
+``accuracy``        share of argmax predictions equal to the labels      FP32 accuracy - value
+``top1``            share of argmax predictions equal to FP32's          1 - value
+``cosine``          mean cosine similarity of outputs with FP32's        1 - value
+``relative-error``  RMSE against FP32, relative to FP32's spread (std)   max(value, 1 - rank
+                                                                         correlation)
+``max-abs-error``   largest absolute difference from FP32's outputs      value
+==================  ===================================================  =====================
+
+``auto`` (the default) picks one from the FP32 outputs, see
+:func:`servinglib.optimize.metric_choice.choose_metric`. A user metric is named
+``module:function`` or ``path/file.py:function``; the function is called as
+``function(reference, candidate, labels)`` with lists of per-sample arrays (and the labels
+or None) and returns the loss, a float where 0 means "as good as FP32".
 
 Losses are fractions: 0.003 is 0.3 percentage points of accuracy. Outputs are compared per
 sample (one array of shape ``[1, ...]`` each); argmax is over the last axis.
@@ -22,16 +30,22 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from servinglib._importing import import_object
+from servinglib.errors import ModelLoadError
 from servinglib.optimize.errors import OptimizeError
 
-__all__ = ["METRICS", "MetricResult", "baseline", "evaluate"]
+__all__ = ["METRICS", "MetricResult", "baseline", "evaluate", "load_user_metric"]
 
-METRICS = ("accuracy", "top1", "cosine", "max-abs-error")
+METRICS = ("auto", "accuracy", "top1", "cosine", "relative-error", "max-abs-error")
+
+UserMetric = Callable[[list[np.ndarray], list[np.ndarray], "np.ndarray | None"], float]
 
 
 @dataclass(frozen=True)
@@ -45,13 +59,38 @@ class MetricResult:
     detail: dict[str, float] = field(default_factory=dict)
 
 
+def is_user_metric(metric: str) -> bool:
+    """True for ``module:function`` (a user metric) rather than a built-in name."""
+    return ":" in metric
+
+
+def load_user_metric(reference: str, root: Path | None = None) -> UserMetric:
+    """The function named ``module:function`` or ``path/file.py:function``.
+
+    Raises:
+        OptimizeError: it cannot be imported or is not callable.
+    """
+    try:
+        function = import_object(reference, root or Path.cwd())
+    except ModelLoadError as e:
+        raise OptimizeError(f"--metric {reference!r}: {e}") from e
+    if not callable(function):
+        raise OptimizeError(f"--metric {reference!r} is not a function; name a callable")
+    return function
+
+
 def _check(metric: str, labels: np.ndarray | None) -> None:
-    if metric not in METRICS:
-        raise OptimizeError(f"metric {metric!r} is not one of {METRICS}")
+    if is_user_metric(metric):
+        return
+    if metric not in METRICS or metric == "auto":
+        raise OptimizeError(
+            f"metric {metric!r} is not one of {METRICS[1:]} or module:function "
+            "('auto' is resolved by choose_metric first)"
+        )
     if metric == "accuracy" and labels is None:
         raise OptimizeError(
-            "metric 'accuracy' needs labels: add a `labels` array to the .npz or a `label` "
-            "field to each .jsonl line, or use --metric top1 (agreement with FP32)"
+            "metric 'accuracy' needs labels: add a `labels` array to the .npz, a `label` "
+            "field to each .jsonl line, or pass --labels FILE; or use --metric top1"
         )
 
 
@@ -71,7 +110,7 @@ def baseline(metric: str, reference: Sequence[np.ndarray], labels: np.ndarray | 
     if metric == "accuracy":
         assert labels is not None
         return _accuracy(reference, labels)
-    return 0.0 if metric == "max-abs-error" else 1.0
+    return 0.0 if metric in ("max-abs-error", "relative-error") or is_user_metric(metric) else 1.0
 
 
 def evaluate(
@@ -92,6 +131,8 @@ def evaluate(
             f"{len(candidate)} candidate outputs for {len(reference)} reference outputs"
         )
     n = len(reference)
+    if is_user_metric(metric):
+        return _user(metric, list(reference), list(candidate), labels)
     if metric == "accuracy":
         assert labels is not None
         value = _accuracy(candidate, labels)
@@ -100,15 +141,19 @@ def evaluate(
     if metric == "top1":
         agree = _argmax(candidate) == _argmax(reference)
         value = float(np.mean(agree))
-        return MetricResult(
-            metric, value, 1.0 - value, n, {"disagreements": float(n - agree.sum())}
-        )
+        detail = {"disagreements": float(n - agree.sum())}
+        if labels is not None and len(labels) == n:
+            detail["accuracy"] = _accuracy(candidate, labels)
+            detail["accuracy_fp32"] = _accuracy(reference, labels)
+        return MetricResult(metric, value, 1.0 - value, n, detail)
     if metric == "cosine":
         cosines = np.array([_cosine(r, c) for r, c in zip(reference, candidate, strict=True)])
         value = float(cosines.mean())
         return MetricResult(
             metric, value, 1.0 - value, n, {"min": float(cosines.min()), "p5": _p5(cosines)}
         )
+    if metric == "relative-error":
+        return _relative_error(reference, candidate)
     errors = np.array(
         [
             float(np.max(np.abs(c.astype(np.float64) - r.astype(np.float64))))
@@ -117,6 +162,87 @@ def evaluate(
     )
     value = float(errors.max())
     return MetricResult(metric, value, value, n, {"mean": float(errors.mean())})
+
+
+def _rows(outputs: Sequence[np.ndarray]) -> np.ndarray:
+    sizes = {o.size for o in outputs}
+    if len(sizes) != 1:
+        # sequence outputs of different lengths: compare their means per sample
+        return np.array([[float(np.mean(o))] for o in outputs])
+    return np.stack([o.astype(np.float64).ravel() for o in outputs])
+
+
+def _relative_error(
+    reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
+) -> MetricResult:
+    """RMSE and MAE relative to FP32's spread per output element, and Spearman correlation."""
+    ref, cand = _rows(reference), _rows(candidate)
+    spread = ref.std(axis=0)
+    overall = float(ref.std()) or float(np.abs(ref).mean()) or 1.0
+    spread = np.where(spread > 0, spread, overall)
+    error = (cand - ref) / spread
+    rmse = float(np.sqrt(np.mean(error**2)))
+    mae = float(np.mean(np.abs(error)))
+    rank = _spearman(ref, cand)
+    detail = {
+        "relative_mae": mae,
+        "mae": float(np.mean(np.abs(cand - ref))),
+        "rank_correlation": rank,
+        "fp32_spread": float(np.mean(spread)),
+    }
+    return MetricResult("relative-error", rmse, max(rmse, 1.0 - rank), len(ref), detail)
+
+
+def _spearman(ref: np.ndarray, cand: np.ndarray) -> float:
+    """Mean Spearman rank correlation over output elements (1.0 when FP32 is constant)."""
+    values = []
+    for column in range(ref.shape[1]):
+        a, b = _ranks(ref[:, column]), _ranks(cand[:, column])
+        if a.std() == 0:
+            continue
+        if b.std() == 0:
+            values.append(0.0)
+            continue
+        values.append(float(np.corrcoef(a, b)[0, 1]))
+    # rounded: identical rankings give exactly 1, not 1 - 1e-16
+    return round(float(np.mean(values)), 12) if values else 1.0
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = np.arange(len(values), dtype=np.float64)
+    # ties share their mean rank
+    for value in np.unique(values):
+        tied = values == value
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def _user(
+    metric: str,
+    reference: list[np.ndarray],
+    candidate: list[np.ndarray],
+    labels: np.ndarray | None,
+) -> MetricResult:
+    function = load_user_metric(metric)
+    try:
+        loss = function(reference, candidate, labels)
+    except Exception as e:
+        raise OptimizeError(
+            f"user metric {metric!r} raised {type(e).__name__}: {e}; it is called as "
+            "function(reference, candidate, labels) with lists of per-sample arrays"
+        ) from e
+    try:
+        value = float(loss)
+    except (TypeError, ValueError) as e:
+        raise OptimizeError(
+            f"user metric {metric!r} returned {loss!r}; return the loss as a float"
+        ) from e
+    if math.isnan(value):
+        raise OptimizeError(f"user metric {metric!r} returned NaN; return a finite loss")
+    return MetricResult(metric, value, value, len(reference))
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

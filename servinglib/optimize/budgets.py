@@ -10,6 +10,11 @@ when one is exceeded, so CI can hold edge targets (e.g. < 5 MB, < 15 ms median):
         runtime: onnx
         optimize_budgets: {max_size_mb: 5, max_latency_ms: 15, max_accuracy_loss: 0.003}
 
+Budgets belong to versions: ``servinglib selftest`` holds to them the versions listed under
+``versions:`` or, without that key, every version but those whose ONNX model is FP32 (no
+quantized operator), so a kept FP32 rollback version is not failed for ever by an INT8
+size budget, and a version without an ONNX file is checked as before.
+
 Example::
 
     results = check_budgets(Budgets(max_size_mb=5.0), size_mb=0.1, latency_ms=0.2, loss=0.0)
@@ -39,9 +44,23 @@ __all__ = [
     "budgets_for_model",
     "check_budgets",
     "check_served_version",
+    "model_batches",
 ]
 
 BUDGET_KEYS = ("max_size_mb", "max_latency_ms", "max_accuracy_loss")
+# operators only a quantized graph has (QDQ, dynamic and per-token INT8)
+_QUANTIZED_OPS = frozenset(
+    {
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearMatMul",
+        "QLinearConv",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -53,16 +72,24 @@ class Budgets:
         max_latency_ms: largest median (p50) single-request latency, in milliseconds.
         max_accuracy_loss: largest loss of the chosen metric against FP32 (a fraction:
             0.003 is 0.3 accuracy points, 0.01 is a mean cosine of 0.99).
+        versions: the versions held to these budgets (None: all but FP32 ONNX versions).
     """
 
     max_size_mb: float | None = None
     max_latency_ms: float | None = None
     max_accuracy_loss: float | None = None
+    versions: tuple[str, ...] | None = None
 
     def override(self, other: Budgets) -> Budgets:
         """These budgets with every limit ``other`` sets taking precedence."""
         changes = {f.name: getattr(other, f.name) for f in fields(other)}
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def apply_to(self, version_dir: Path) -> bool:
+        """True when the version at ``version_dir`` is held to these budgets."""
+        if self.versions is not None:
+            return version_dir.name in self.versions
+        return not is_fp32_onnx_version(version_dir)
 
     @classmethod
     def from_mapping(
@@ -73,15 +100,28 @@ class Budgets:
         Raises:
             ConfigError: an unknown key or a value that is not a non-negative number.
         """
-        unknown = sorted(set(raw) - set(BUDGET_KEYS))
+        unknown = sorted(set(raw) - {*BUDGET_KEYS, "versions"})
         if unknown:
             raise ConfigError(
-                f"unknown budget(s) {unknown}; allowed: {', '.join(BUDGET_KEYS)}",
+                f"unknown budget(s) {unknown}; allowed: {', '.join(BUDGET_KEYS)}, versions",
                 source=source,
                 key_path=key_path,
             )
+        versions = raw.get("versions")
+        if versions is not None and (
+            not isinstance(versions, list | tuple)
+            or not versions
+            or not all(isinstance(v, str) and v for v in versions)
+        ):
+            raise ConfigError(
+                f"{versions!r} is not a list of version names; write e.g. versions: ['2']",
+                source=source,
+                key_path=f"{key_path}.versions" if key_path else "versions",
+            )
         values: dict[str, float] = {}
         for key, value in raw.items():
+            if key == "versions":
+                continue
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(
                     f"{value!r} is not a non-negative number; set a limit such as 5",
@@ -89,7 +129,7 @@ class Budgets:
                     key_path=f"{key_path}.{key}" if key_path else key,
                 )
             values[key] = float(value)
-        return cls(**values)
+        return cls(**values, versions=tuple(versions) if versions is not None else None)
 
 
 @dataclass(frozen=True)
@@ -141,6 +181,33 @@ def budgets_for_model(config: ServiceConfig, model: str) -> Budgets:
     raise ConfigError(f"no model {model!r}; models: {', '.join(names)}", source=str(config.source))
 
 
+def model_batches(config: ServiceConfig, model: str) -> bool:
+    """True when ``model`` in a loaded servinglib.yaml serves with dynamic batching."""
+    return any(
+        entry.name == model and getattr(entry, "batching", None) is not None
+        for entry in config.models
+    )
+
+
+def is_fp32_onnx_version(version_dir: Path) -> bool:
+    """True when ``version_dir`` holds ONNX models and none has a quantized operator."""
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+    except ImportError:
+        return False
+    models = sorted(version_dir.glob("*.onnx"))
+    for path in models:
+        try:
+            graph = onnx.load(str(path), load_external_data=False).graph
+        except (OSError, DecodeError):
+            # unreadable: not known to be FP32; loading the version reports the error
+            return False
+        if any(node.op_type in _QUANTIZED_OPS for node in graph.node):
+            return False
+    return bool(models)
+
+
 def check_served_version(
     model: Model,
     version_dir: Path,
@@ -156,8 +223,11 @@ def check_served_version(
     Size is every file of ``version_dir`` but test_data.json; latency is the median of
     ``predict(prepare(x))`` over ``inputs`` (e.g. the self-test inputs), ``runs`` rounds
     after ``warmup``. The accuracy-loss budget needs the FP32 original and is not checked
-    here: ``servinglib optimize run`` checks it.
+    here: ``servinglib optimize run`` checks it. A version the budgets do not belong to
+    (:meth:`Budgets.apply_to`) gets no results.
     """
+    if not budgets.apply_to(version_dir) or budgets == Budgets(versions=budgets.versions):
+        return []
     size_mb = (
         sum(
             path.stat().st_size

@@ -31,6 +31,39 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
+        return value
+
+    return parse
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0")
+    return value
+
+
+def _metric(text: str) -> str:
+    from servinglib.optimize.accuracy import METRICS
+
+    if text in METRICS or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not one of {', '.join(METRICS)} nor module:function"
+    )
+
+
 def _add_quantize_options(parser: argparse.ArgumentParser, *, auto: bool) -> None:
     methods = ["dynamic", "dynamic-per-token", "static"]
     parser.add_argument(
@@ -64,7 +97,7 @@ def _add_quantize_options(parser: argparse.ArgumentParser, *, auto: bool) -> Non
     )
     parser.add_argument(
         "--max-samples",
-        type=int,
+        type=_int_at_least(1),
         default=1000,
         help="use at most this many samples of each file (default: %(default)s)",
     )
@@ -106,8 +139,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="another dynamic axis, e.g. input_ids:1:sequence (axis 0 is always dynamic)",
     )
     export.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
-    export.add_argument("--atol", type=float, default=1e-4, help="verification atol")
-    export.add_argument("--rtol", type=float, default=1e-3, help="verification rtol")
+    export.add_argument("--atol", type=_non_negative, default=1e-4, help="verification atol")
+    export.add_argument("--rtol", type=_non_negative, default=1e-3, help="verification rtol")
+    export.add_argument(
+        "--allow-trace-warnings",
+        action="store_true",
+        help="accept a trace whose exporter warnings say a branch was fixed at trace time",
+    )
     export.add_argument("--out", type=Path, required=True, help="the ONNX file to write")
 
     graph = steps.add_parser("graph", help="ONNX Runtime offline graph optimization")
@@ -143,9 +181,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--metric",
-        choices=["accuracy", "top1", "cosine", "max-abs-error"],
-        default="cosine",
-        help="how INT8 is compared with FP32 (default: %(default)s)",
+        type=_metric,
+        default="auto",
+        help="how INT8 is compared with FP32: auto (from the output: top1 for class scores, "
+        "relative-error for regression, cosine for embeddings), accuracy, top1, cosine, "
+        "relative-error, max-abs-error, or module:function returning a loss "
+        "(default: %(default)s)",
+    )
+    run_parser.add_argument(
+        "--labels",
+        type=Path,
+        help="ground-truth labels of the validation samples (.npy, .npz with `labels`, or "
+        "one per line): task accuracy is reported next to agreement with FP32",
     )
     run_parser.add_argument("--output", help="graph output judged (default: the first)")
     _add_quantize_options(run_parser, auto=True)
@@ -153,20 +200,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--graph-level",
         choices=["disable", "basic", "extended"],
         default="basic",
-        help="graph optimization before quantizing (default: %(default)s)",
+        help="graph optimization before quantizing (default: %(default)s); extended is "
+        "refused: its fused operators cannot be quantized",
     )
-    run_parser.add_argument("--max-size-mb", type=float, help="budget: model size in MB")
+    run_parser.add_argument("--max-size-mb", type=_non_negative, help="budget: model size in MB")
     run_parser.add_argument(
-        "--max-latency-ms", type=float, help="budget: median single-request latency in ms"
+        "--max-latency-ms", type=_non_negative, help="budget: median single-request latency in ms"
     )
     run_parser.add_argument(
         "--max-accuracy-loss",
-        type=float,
+        type=_non_negative,
         help="budget: loss of the metric vs FP32, a fraction (0.003 = 0.3 points); "
         "auto defaults to 0.01",
     )
     run_parser.add_argument("--config", type=Path, help="read optimize_budgets from this file")
-    run_parser.add_argument("--model", help="the model in --config whose budgets apply")
+    run_parser.add_argument(
+        "--model",
+        help="the model in --config whose budgets apply; a model with `batching:` implies "
+        "--require-batch-invariance",
+    )
     run_parser.add_argument(
         "--require-batch-invariance",
         action="store_true",
@@ -174,23 +226,36 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--invariance-tolerance",
-        type=float,
+        type=_non_negative,
         default=1e-3,
         help="relative deviation still called batch-invariant (default: %(default)s)",
     )
     run_parser.add_argument(
-        "--invariance-batch-size", type=int, default=8, help="mixed batch size (default: 8)"
+        "--invariance-batch-size",
+        type=_int_at_least(2),
+        default=8,
+        help="mixed batch size (default: 8)",
     )
     run_parser.add_argument(
-        "--threads", type=int, default=1, help="intra-op threads when measuring (default: 1)"
+        "--threads",
+        type=_int_at_least(1),
+        default=1,
+        help="intra-op threads when measuring (default: 1)",
     )
-    run_parser.add_argument("--warmup", type=int, default=20, help="warm-up runs (default: 20)")
     run_parser.add_argument(
-        "--iterations", type=int, default=100, help="runs per round (default: 100)"
+        "--warmup", type=_int_at_least(0), default=20, help="warm-up runs (default: 20)"
     )
-    run_parser.add_argument("--repeats", type=int, default=5, help="rounds (default: 5)")
     run_parser.add_argument(
-        "--batch-size", type=int, default=32, help="throughput batch size (default: 32)"
+        "--iterations", type=_int_at_least(1), default=100, help="runs per round (default: 100)"
+    )
+    run_parser.add_argument(
+        "--repeats", type=_int_at_least(1), default=5, help="rounds (default: 5)"
+    )
+    run_parser.add_argument(
+        "--batch-size",
+        type=_int_at_least(1),
+        default=32,
+        help="throughput batch size (default: 32)",
     )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -255,6 +320,7 @@ def _export(args: argparse.Namespace) -> int:
         opset=args.opset,
         atol=args.atol,
         rtol=args.rtol,
+        allow_trace_warnings=args.allow_trace_warnings,
     )
     print(f"wrote {result.path} (opset {result.opset}); verified against PyTorch on:")
     for shapes in result.checked_shapes:
@@ -288,16 +354,25 @@ def _quantize(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from servinglib.config import load_config
-    from servinglib.optimize.budgets import Budgets, budgets_for_model
+    from servinglib.optimize.budgets import Budgets, budgets_for_model, model_batches
     from servinglib.optimize.errors import OptimizeError
     from servinglib.optimize.measure import MeasureSettings
     from servinglib.optimize.pipeline import OptimizeSettings, optimize_model
 
     budgets = Budgets()
+    require_invariance = args.require_batch_invariance
     if args.config is not None:
         if not args.model:
             raise OptimizeError("--config needs --model NAME: whose optimize_budgets apply?")
-        budgets = budgets_for_model(load_config(args.config), args.model)
+        config = load_config(args.config)
+        budgets = budgets_for_model(config, args.model)
+        if model_batches(config, args.model) and not require_invariance:
+            require_invariance = True
+            print(
+                f"note: model {args.model!r} has batching: in {args.config}, so candidates "
+                "must be batch-invariant (--require-batch-invariance)",
+                file=sys.stderr,
+            )
     budgets = budgets.override(
         Budgets(
             max_size_mb=args.max_size_mb,
@@ -311,7 +386,7 @@ def _run(args: argparse.Namespace) -> int:
         metric=args.metric,
         output=args.output,
         budgets=budgets,
-        require_invariance=args.require_batch_invariance,
+        require_invariance=require_invariance,
         graph_level=args.graph_level,
         measure=MeasureSettings(
             threads=args.threads,
@@ -330,6 +405,7 @@ def _run(args: argparse.Namespace) -> int:
         destination,
         validation=args.validation,
         calibration=args.calibration,
+        labels=args.labels,
         report_dir=args.report_dir,
         settings=settings,
     )
@@ -338,10 +414,13 @@ def _run(args: argparse.Namespace) -> int:
         change, accuracy = document["change"], document["accuracy"]
         print(
             f"wrote {outcome.model} ({document['chosen']}): "
-            f"size -{change['size_reduction_pct']:.1f} %, "
+            f"size {-change['size_reduction_pct']:+.1f} %, "
             f"speed-up p50 {change['p50_speedup']:.2f}x, p95 {change['p95_speedup']:.2f}x, "
             f"{accuracy['metric']} loss {accuracy['loss']:.4g}"
         )
+    print(f"metric {document['accuracy']['metric']}: {document['accuracy']['why']}")
+    if document["chosen"]:
+        print(f"chosen {document['chosen']}: {document['choice_reason']}")
     for warning in document["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"report: {outcome.files.markdown} (+ .json, .png)")

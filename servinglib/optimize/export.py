@@ -3,8 +3,12 @@
 The TorchScript-based exporter is used on purpose (``dynamo=False``): it needs no extra
 package (``onnxscript``), it keeps the input and output names given, and it honours
 ``dynamic_axes`` for batch and sequence axes. Tracing records one path through the module,
-so the graph is then *verified*: run by ONNX Runtime on the sample, on a batch one larger, and
-with each dynamic non-batch axis one shorter, and compared with PyTorch on the same inputs.
+so the graph is then *verified*: run by ONNX Runtime on the sample, on a batch one larger,
+with each dynamic non-batch axis one shorter, and on float inputs of other signs and ranges
+(negated, times 10, times 0.1, random of the sample's spread), every output compared with PyTorch on
+the same inputs. A branch on a tensor's value (``if x.sum() > 0:``) is fixed at trace time;
+the exporter warns about it (``TracerWarning``) and such a warning fails the export unless
+``allow_trace_warnings``. The file appears at ``path`` only once verified.
 
 Example::
 
@@ -18,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +33,8 @@ import numpy as np
 from servinglib._importing import import_object
 from servinglib.errors import ModelLoadError
 from servinglib.optimize._deps import require
+from servinglib.optimize._files import StagedOutput
+from servinglib.optimize._messages import first_line
 from servinglib.optimize.errors import ExportVerificationError, OptimizeError
 
 __all__ = ["DEFAULT_OPSET", "ExportResult", "export_module", "load_module"]
@@ -47,6 +54,7 @@ class ExportResult:
     dynamic_axes: Mapping[str, Mapping[int, str]]
     max_abs_error: float
     checked_shapes: tuple[str, ...]
+    trace_warnings: tuple[str, ...] = ()
 
 
 def load_module(reference: str, *, weights: Path | None = None, root: Path | None = None) -> Any:
@@ -79,7 +87,13 @@ def load_module(reference: str, *, weights: Path | None = None, root: Path | Non
         raise OptimizeError(f"{e}; pass `module:factory` or a TorchScript file") from e
     if not callable(factory):
         raise OptimizeError(f"{reference!r} is not callable; name a class or a function")
-    module = factory()
+    try:
+        module = factory()
+    except Exception as e:
+        raise OptimizeError(
+            f"factory {reference!r} raised {type(e).__name__}: {first_line(e)}; it must "
+            "return the torch.nn.Module to export when called without arguments"
+        ) from e
     if not isinstance(module, torch.nn.Module):
         raise OptimizeError(
             f"{reference!r} returned {type(module).__name__}, not a torch.nn.Module"
@@ -103,6 +117,7 @@ def export_module(
     opset: int = DEFAULT_OPSET,
     atol: float = 1e-4,
     rtol: float = 1e-3,
+    allow_trace_warnings: bool = False,
 ) -> ExportResult:
     """Export ``module`` called as ``module(*sample.values())`` to ``path`` and verify it.
 
@@ -110,8 +125,10 @@ def export_module(
     e.g. ``{"input_ids": {1: "sequence"}}``.
 
     Raises:
-        OptimizeError: the export or ``onnx.checker`` fails, or the opset is below 17.
-        ExportVerificationError: ONNX Runtime and PyTorch disagree beyond ``atol + rtol*|y|``.
+        OptimizeError: the module fails on the sample or returns a dict or non-tensors, the
+            export or ``onnx.checker`` fails, or the opset is below 17.
+        ExportVerificationError: the exporter warned of a traced branch (unless allowed), or
+            ONNX Runtime and PyTorch disagree beyond ``atol + rtol*|y|`` on any input.
     """
     torch = require("torch", "exporting a PyTorch model")
     onnx = require("onnx", "checking an exported model")
@@ -119,28 +136,43 @@ def export_module(
         raise OptimizeError(f"opset {opset} is too old; use {DEFAULT_OPSET} or newer")
     axes = _all_dynamic_axes(list(sample), list(output_names), dynamic_axes or {})
     module = module.eval()
+    name = type(module).__name__
+    _check_outputs(module, sample, list(output_names))
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with torch.no_grad():
-            torch.onnx.export(
-                module,
-                args,
-                str(path),
-                dynamo=False,
-                opset_version=opset,
-                input_names=list(sample),
-                output_names=list(output_names),
-                dynamic_axes=axes,
-                do_constant_folding=True,
+    with StagedOutput(path) as staged:
+        try:
+            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", torch.jit.TracerWarning)
+                torch.onnx.export(
+                    module,
+                    args,
+                    str(staged.path),
+                    dynamo=False,
+                    opset_version=opset,
+                    input_names=list(sample),
+                    output_names=list(output_names),
+                    dynamic_axes=axes,
+                    do_constant_folding=True,
+                )
+        except Exception as e:
+            raise OptimizeError(
+                f"torch.onnx.export of {name} failed: {type(e).__name__}: {first_line(e)}"
+            ) from e
+        traced = _trace_warnings(torch, caught)
+        if traced and not allow_trace_warnings:
+            raise ExportVerificationError(
+                f"exporting {name}: the trace fixed values that may differ on other inputs:\n"
+                + "\n".join(f"  {w}" for w in traced)
+                + "\nrewrite those lines with tensor operations (torch.where instead of an "
+                "if on a tensor, no .item()/.numpy()/Python math on tensors), or pass "
+                "--allow-trace-warnings if each one is constant by design"
             )
-    except Exception as e:
-        raise OptimizeError(f"torch.onnx.export of {type(module).__name__} failed: {e}") from e
-    try:
-        onnx.checker.check_model(str(path), full_check=True)
-    except Exception as e:
-        raise OptimizeError(f"onnx.checker rejects {path}: {e}") from e
-    worst, shapes = _verify(module, path, sample, list(output_names), axes, atol, rtol)
+        try:
+            onnx.checker.check_model(str(staged.path), full_check=True)
+        except Exception as e:
+            raise OptimizeError(f"onnx.checker rejects the export of {name}: {e}") from e
+        worst, shapes = _verify(module, staged.path, sample, list(output_names), axes, atol, rtol)
+        staged.commit()
     return ExportResult(
         path=path,
         opset=opset,
@@ -149,7 +181,51 @@ def export_module(
         dynamic_axes={name: dict(a) for name, a in axes.items()},
         max_abs_error=worst,
         checked_shapes=tuple(shapes),
+        trace_warnings=tuple(traced),
     )
+
+
+def _trace_warnings(torch: Any, caught: Sequence[warnings.WarningMessage]) -> list[str]:
+    """The exporter's TracerWarnings, each with the user's line it points at."""
+    found = []
+    for item in caught:
+        if issubclass(item.category, torch.jit.TracerWarning):
+            text = str(item.message).strip().splitlines()[0]
+            found.append(f"{Path(item.filename).name}:{item.lineno}: {text}")
+        else:  # not ours to judge: pass it on as it came
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+    return list(dict.fromkeys(found))
+
+
+def _check_outputs(module: Any, sample: Mapping[str, np.ndarray], output_names: list[str]) -> None:
+    """Run the module once in PyTorch: a clear error for dicts, NumPy use or a wrong count."""
+    torch = require("torch", "exporting a PyTorch model")
+    name = type(module).__name__
+    try:
+        with torch.no_grad():
+            result = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values()))
+    except Exception as e:
+        raise OptimizeError(
+            f"{name}.forward fails on the sample inputs {list(sample)}: "
+            f"{type(e).__name__}: {first_line(e)}"
+        ) from e
+    if isinstance(result, Mapping):
+        raise OptimizeError(
+            f"{name}.forward returns a dict ({sorted(map(str, result))}); ONNX outputs are "
+            "positional: return a tensor or a tuple of tensors in --output-names order"
+        )
+    items = [result] if isinstance(result, torch.Tensor) else list(result)
+    wrong = [type(item).__name__ for item in items if not isinstance(item, torch.Tensor)]
+    if wrong:
+        raise OptimizeError(
+            f"{name}.forward returns {wrong} besides tensors (NumPy or Python values cannot be "
+            "exported); compute them with torch operations"
+        )
+    if len(items) != len(output_names):
+        raise OptimizeError(
+            f"{name}.forward returns {len(items)} output(s) but {len(output_names)} output "
+            f"name(s) were given ({output_names}); name each output once"
+        )
 
 
 def _all_dynamic_axes(
@@ -169,7 +245,7 @@ def _all_dynamic_axes(
 def _variants(
     sample: Mapping[str, np.ndarray], axes: Mapping[str, Mapping[int, str]]
 ) -> list[tuple[str, dict[str, np.ndarray]]]:
-    """The sample, a batch one larger, and each named non-batch axis one shorter."""
+    """The sample, a batch one larger, each named non-batch axis one shorter, other values."""
     base = {name: np.asarray(a) for name, a in sample.items()}
     variants = [("sample", base)]
     variants.append(("batch+1", {n: np.concatenate([a, a[:1]], axis=0) for n, a in base.items()}))
@@ -181,6 +257,24 @@ def _variants(
                 if axis_label == label and axis != 0 and array.shape[axis] > 1:
                     shorter[name] = np.take(array, range(array.shape[axis] - 1), axis=axis)
         variants.append((f"{label}-1", shorter))
+    floats = [n for n, a in base.items() if np.issubdtype(a.dtype, np.floating)]
+    if floats:
+        rng = np.random.default_rng(0)
+
+        def changed(transform: Any) -> dict[str, np.ndarray]:
+            return {
+                n: (transform(a).astype(a.dtype) if n in floats else a) for n, a in base.items()
+            }
+
+        variants += [
+            ("negated", changed(lambda a: -a)),
+            ("x10", changed(lambda a: a * 10)),
+            ("x0.1", changed(lambda a: a * 0.1)),
+            (
+                "random",
+                changed(lambda a: rng.normal(0.0, float(a.std()) or 1.0, a.shape)),
+            ),
+        ]
     return variants
 
 
@@ -196,6 +290,7 @@ def _verify(
     torch = require("torch", "verifying an export")
     ort = require("onnxruntime", "verifying an export")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    shown = path.name
     worst = 0.0
     checked = []
     for label, feed in _variants(sample, axes):
@@ -207,14 +302,14 @@ def _verify(
             want_np = want.detach().numpy()
             if want_np.shape != got.shape:
                 raise ExportVerificationError(
-                    f"{path}: output {name!r} has shape {list(got.shape)} in ONNX Runtime but "
+                    f"{shown}: output {name!r} has shape {list(got.shape)} in ONNX Runtime but "
                     f"{list(want_np.shape)} in PyTorch on the {label} input; check dynamic axes"
                 )
             error = np.abs(got.astype(np.float64) - want_np.astype(np.float64))
             allowed = atol + rtol * np.abs(want_np.astype(np.float64))
             if error.size and np.any(error > allowed):
                 raise ExportVerificationError(
-                    f"{path}: output {name!r} differs from PyTorch by up to {error.max():.3g} "
+                    f"{shown}: output {name!r} differs from PyTorch by up to {error.max():.3g} "
                     f"(> {atol} + {rtol}·|y|) on the {label} input "
                     f"{ {n: list(a.shape) for n, a in feed.items()} }; the traced graph does "
                     "not generalise (data-dependent control flow?): rewrite that branch with "

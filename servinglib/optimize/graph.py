@@ -20,10 +20,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from servinglib.errors import ModelLoadError
 from servinglib.optimize._deps import require
-from servinglib.optimize._session import GRAPH_LEVELS, graph_level
+from servinglib.optimize._files import StagedOutput, has_external_data
+from servinglib.optimize._messages import first_line
+from servinglib.optimize._session import open_session
 from servinglib.optimize.errors import OptimizeError
+from servinglib.runtimes.onnx import GRAPH_LEVELS, session_options
 
 __all__ = ["GRAPH_LEVELS", "GraphResult", "count_ops", "optimize_graph"]
 
@@ -57,19 +62,13 @@ def optimize_graph(source: Path, destination: Path, *, level: str = "basic") -> 
         raise OptimizeError(
             f"graph optimization level {level!r} is not one of {list(GRAPH_LEVELS[1:])}"
         )
-    if source.resolve() == destination.resolve():
-        raise OptimizeError(f"{destination} is the source model; save to a new file")
     ort = require("onnxruntime", "graph optimization")
-    options = ort.SessionOptions()
-    options.graph_optimization_level = graph_level(ort, level)
-    options.optimized_model_filepath = str(destination)
-    options.log_severity_level = 3
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise OptimizeError(f"ONNX Runtime cannot optimize {source}: {e}") from e
-    before, after = count_ops(source), count_ops(destination)
+    with StagedOutput(destination, source=source) as staged:
+        _optimize_into(ort, source, staged.path, level)
+        before, after = count_ops(source), count_ops(staged.path)
+        # a saved graph that ONNX Runtime cannot load again is no result
+        open_session(staged.path, level="disable")
+        staged.commit()
     return GraphResult(
         source=source,
         path=destination,
@@ -78,3 +77,23 @@ def optimize_graph(source: Path, destination: Path, *, level: str = "basic") -> 
         nodes_after=sum(after.values()),
         ops_after=dict(after.most_common()),
     )
+
+
+def _optimize_into(ort: Any, source: Path, target: Path, level: str) -> None:
+    try:
+        options = session_options(ort, graph_level=level, optimized_model_path=target)
+    except ModelLoadError as e:
+        raise OptimizeError(str(e)) from e
+    options.log_severity_level = 3
+    if has_external_data(source):
+        # weights stay in a data file next to the new graph, under its own name
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", target.name + ".data"
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+    try:
+        ort.InferenceSession(str(source), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise OptimizeError(f"ONNX Runtime cannot optimize {source}: {first_line(e)}") from e

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servinglib.optimize._files import model_size_mb
 from servinglib.optimize._session import Session
 from servinglib.optimize.samples import Feed
 
@@ -119,14 +120,6 @@ def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
         avx_vnni="avx_vnni" in flags,
         amx_int8="amx_int8" in flags,
     )
-
-
-def model_size_mb(path: Path) -> float:
-    """Size of an ONNX file plus any external-data files next to it, in MB (10⁶ bytes)."""
-    total = path.stat().st_size
-    for extra in path.parent.glob(path.name + ".data"):
-        total += extra.stat().st_size
-    return total / 1e6
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:

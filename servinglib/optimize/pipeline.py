@@ -12,7 +12,7 @@ Example::
     outcome = optimize_model(
         Path("model.onnx"), Path("int8/model.onnx"),
         validation=Path("validation.npz"),
-        settings=OptimizeSettings(metric="accuracy", budgets=Budgets(max_accuracy_loss=0.003)),
+        settings=OptimizeSettings(metric="auto", budgets=Budgets(max_accuracy_loss=0.003)),
     )
     print(outcome.files.markdown.read_text())
 """
@@ -21,77 +21,37 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
-import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from servinglib.optimize._files import StagedOutput, copy_model, refuse_overwriting_source
 from servinglib.optimize._progress import Progress
-from servinglib.optimize._session import open_session
-from servinglib.optimize.accuracy import baseline as baseline_value
-from servinglib.optimize.budgets import Budgets, check_budgets
-from servinglib.optimize.errors import OptimizeError
+from servinglib.optimize._settings import OptimizeSettings, validate_settings
+from servinglib.optimize.budgets import check_budgets
+from servinglib.optimize.compare import ROUND_SPREAD_WARNING, round_spread
+from servinglib.optimize.figures import measure_models
 from servinglib.optimize.graph import GraphResult, optimize_graph
-from servinglib.optimize.invariance import DEFAULT_TOLERANCE, check_batch_invariance
-from servinglib.optimize.measure import (
-    CpuInfo,
-    MeasureSettings,
-    cpu_info,
-    measure_latency,
-    measure_throughput,
-    model_size_mb,
-)
+from servinglib.optimize.measure import CpuInfo, cpu_info
 from servinglib.optimize.quantize import QuantizeOptions
 from servinglib.optimize.report import ModelFigures, OptimizeReport, ReportFiles, write_report
-from servinglib.optimize.samples import (
-    SampleSet,
-    input_specs,
-    load_samples,
-    representative_feed,
-    stack_feeds,
+from servinglib.optimize.samples import SampleSet, input_specs, load_labels, load_samples
+from servinglib.optimize.search import (
+    SearchResult,
+    SearchSettings,
+    auto_candidates,
+    planned_steps,
+    search_candidates,
 )
-from servinglib.optimize.search import SearchResult, SearchSettings, search_candidates
 
 __all__ = ["OptimizeOutcome", "OptimizeSettings", "optimize_model"]
 
 
 @dataclass(frozen=True)
-class OptimizeSettings:
-    """Everything ``optimize_model`` can be told.
-
-    Attributes:
-        method: ``auto`` (accuracy-aware search) or a fixed :class:`QuantizeOptions`.
-        metric: accuracy, top1, cosine or max-abs-error.
-        output: the graph output judged (None: the first).
-        budgets: size, latency and accuracy-loss limits; ``max_accuracy_loss`` also bounds
-            the search (``auto`` defaults it to 0.01).
-        require_invariance: reject candidates that are not batch-invariant.
-        graph_level: offline optimization before quantizing (``disable`` to skip).
-        measure: how latency and throughput are measured.
-        invariance_tolerance: relative deviation still called batch-invariant.
-        invariance_batch_size: size of the mixed batches of the invariance check.
-        max_samples: at most this many validation/calibration samples are used.
-        progress: show a progress bar on stderr.
-    """
-
-    method: str | QuantizeOptions = "auto"
-    metric: str = "cosine"
-    output: str | None = None
-    budgets: Budgets = field(default_factory=Budgets)
-    require_invariance: bool = False
-    graph_level: str = "basic"
-    measure: MeasureSettings = field(default_factory=MeasureSettings)
-    invariance_tolerance: float = DEFAULT_TOLERANCE
-    invariance_batch_size: int = 8
-    max_samples: int | None = 1000
-    progress: bool = True
-
-
-@dataclass(frozen=True)
 class OptimizeOutcome:
-    """The report, where it was written, the optimized model (None if none fits), the verdict."""
+    """The report, where it was written, the optimized model (None unless passed), the verdict."""
 
     report: OptimizeReport
     files: ReportFiles
@@ -116,54 +76,67 @@ def optimize_model(
     *,
     validation: Path,
     calibration: Path | None = None,
+    labels: Path | None = None,
     report_dir: Path | None = None,
     settings: OptimizeSettings | None = None,
 ) -> OptimizeOutcome:
     """Quantize ``source`` into ``destination``, measure both, check budgets, write the report.
 
-    The report goes to ``report_dir`` (default: the directory of ``destination``). A run
-    that fits no candidate still writes its report, then ``passed`` is False and
-    ``model`` None.
+    ``destination`` is written only when the whole run passed (a chosen candidate within
+    every budget): the model is staged next to it and renamed into place at the end, so a
+    failed run leaves whatever was there untouched. The report goes to ``report_dir``
+    (default: the directory of ``destination``) either way.
 
     Raises:
-        OptimizeError: unreadable model or samples, missing extras, bad settings.
+        OptimizeError: unreadable model or samples, missing extras, bad settings, or
+            ``destination`` naming the source model.
     """
     settings = settings or OptimizeSettings()
+    validate_settings(settings)
+    refuse_overwriting_source(source, destination)
     fixed = settings.method if isinstance(settings.method, QuantizeOptions) else None
-    if fixed is None and settings.method != "auto":
-        raise OptimizeError(f"method {settings.method!r} is neither 'auto' nor QuantizeOptions")
-    progress = Progress(6, enabled=settings.progress)
-    try:
-        specs = input_specs(source)
-        valid = load_samples(validation, specs, settings.max_samples)
-        calib = load_samples(calibration, specs, settings.max_samples) if calibration else None
-        warnings: list[str] = []
-        if (fixed is None or fixed.method == "static") and calib is None:
-            calib = valid
-            warnings.append(
-                "static candidates were calibrated on the validation samples (no --calibration "
-                "given): their accuracy may look better than on unseen data"
-            )
-        progress.step("samples loaded")
-        run = _Run(source, destination, valid, calib, settings, fixed, progress)
-        graph, search, baseline, optimized = run.execute()
-        chosen = search.chosen
-        loss = chosen.metric.loss if chosen and chosen.metric else None
-        budget_results = (
-            check_budgets(
-                settings.budgets,
-                size_mb=optimized.size_mb,
-                latency_ms=optimized.latency.p50_ms,
-                loss=loss,
-            )
-            if optimized is not None
-            else []
+    specs = input_specs(source)
+    valid = load_samples(validation, specs, settings.max_samples)
+    if labels is not None:
+        valid = valid.with_labels(load_labels(labels, len(valid)))
+    calib = load_samples(calibration, specs, settings.max_samples) if calibration else None
+    warnings: list[str] = []
+    if (fixed is None or fixed.method == "static") and calib is None:
+        calib = valid
+        warnings.append(
+            "static candidates were calibrated on the validation samples (no --calibration "
+            "given): their accuracy may look better than on unseen data"
         )
-        failures = [b.describe() for b in budget_results if not b.passed]
-        if chosen is None:
-            failures.insert(0, "no candidate fits:\n" + search.explain())
+    base = [fixed] if fixed is not None else auto_candidates(source, calib is not None)
+    search_steps = planned_steps(len(base), SearchSettings())
+    progress = Progress(search_steps + 5, enabled=settings.progress)
+    finished = False
+    try:
+        progress.step("samples loaded")
+        with StagedOutput(destination, source=source) as staged:
+            run = _Run(source, staged.path, valid, calib, settings, fixed, progress)
+            graph, search, baseline, optimized = run.execute()
+            chosen = search.chosen
+            loss = chosen.metric.loss if chosen and chosen.metric else None
+            budget_results = (
+                check_budgets(
+                    settings.budgets,
+                    size_mb=optimized.size_mb,
+                    latency_ms=optimized.latency.p50_ms,
+                    loss=loss,
+                )
+                if optimized is not None
+                else []
+            )
+            failures = [b.describe() for b in budget_results if not b.passed]
+            if chosen is None:
+                failures.insert(0, "no candidate fits:\n" + search.explain())
+            if not failures:
+                staged.commit()
+            if optimized is not None:
+                optimized = replace(optimized, path=destination)
         cpu = cpu_info()
-        warnings += _warnings(optimized, cpu, settings)
+        warnings += _warnings(baseline, optimized, search, cpu, settings)
         report = OptimizeReport(
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             versions=_versions(),
@@ -173,7 +146,9 @@ def optimize_model(
             baseline=baseline,
             optimized=optimized,
             chosen=chosen.name if chosen else None,
-            metric=settings.metric,
+            choice_reason=search.choice_reason,
+            metric=search.metric,
+            metric_reason=search.metric_reason,
             loss=loss,
             max_loss=run.max_loss,
             metric_detail=dict(chosen.metric.detail) if chosen and chosen.metric else {},
@@ -184,19 +159,24 @@ def optimize_model(
         )
         files = write_report(report, report_dir or destination.parent)
         progress.step("report written")
+        finished = True
     finally:
-        progress.close()
+        progress.close(finished=finished)
     return OptimizeOutcome(
         report=report,
         files=files,
-        model=destination if chosen else None,
+        model=destination if not failures else None,
         passed=not failures,
         failures=tuple(failures),
     )
 
 
 def _warnings(
-    optimized: ModelFigures | None, cpu: CpuInfo, settings: OptimizeSettings
+    baseline: ModelFigures,
+    optimized: ModelFigures | None,
+    search: SearchResult,
+    cpu: CpuInfo,
+    settings: OptimizeSettings,
 ) -> list[str]:
     found = []
     if optimized is not None and not optimized.invariance.invariant:
@@ -211,6 +191,22 @@ def _warnings(
             "this CPU has no VNNI: u8xs8 INT8 kernels may saturate and run slower; "
             "consider --reduce-range"
         )
+    measured = [("latency", "FP32", baseline.latency.rounds_p50_ms)]
+    measured.append(("throughput", "FP32", baseline.throughput.rounds_samples_per_s))
+    if optimized is not None:
+        measured.append(("latency", "INT8", optimized.latency.rounds_p50_ms))
+        measured.append(("throughput", "INT8", optimized.throughput.rounds_samples_per_s))
+    measured += [
+        ("latency", c.name, c.latency.rounds_p50_ms) for c in search.candidates if c.latency
+    ]
+    for figure, name, rounds in measured:
+        spread = round_spread(rounds)
+        if spread > ROUND_SPREAD_WARNING:
+            found.append(
+                f"{figure} rounds of {name} differ by {spread:.0%} (more than "
+                f"{ROUND_SPREAD_WARNING:.0%}): the machine was busy or throttling; rerun on "
+                f"a quiet machine or raise --repeats before trusting the {figure} figures"
+            )
     return found
 
 
@@ -219,7 +215,7 @@ class _Run:
     """Graph optimization, search and measurement, in a temporary work directory."""
 
     source: Path
-    destination: Path
+    staged: Path
     valid: SampleSet
     calib: SampleSet | None
     settings: OptimizeSettings
@@ -243,7 +239,8 @@ class _Run:
             if settings.graph_level != "disable":
                 target = work / f"graph-{settings.graph_level}.onnx"
                 graph = optimize_graph(self.source, target, level=settings.graph_level)
-                start = graph.path
+                graph = replace(graph, source=Path(self.source.name), path=Path(target.name))
+                start = target
             self.progress.step(f"graph optimization ({settings.graph_level})")
             search = search_candidates(
                 start,
@@ -266,62 +263,16 @@ class _Run:
             )
             chosen = search.chosen
             if chosen is not None and chosen.path is not None:
-                self.destination.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(chosen.path, self.destination)
-            baseline, optimized = _measure(
+                copy_model(chosen.path, self.staged)
+            baseline, optimized = measure_models(
                 self.source,
-                (self.destination, chosen.metric.value) if chosen and chosen.metric else None,
+                (self.staged, chosen.metric.value) if chosen and chosen.metric else None,
                 self.valid,
-                search.reference_outputs,
+                search,
                 settings,
                 self.progress,
             )
         return graph, search, baseline, optimized
-
-
-def _measure(
-    source: Path,
-    optimized: tuple[Path, float] | None,
-    valid: SampleSet,
-    reference: list[Any],
-    settings: OptimizeSettings,
-    progress: Progress,
-) -> tuple[ModelFigures, ModelFigures | None]:
-    """Latency, throughput and invariance of the FP32 and the INT8 model, side by side."""
-    measure = settings.measure
-    sessions = {"fp32": open_session(source, threads=measure.threads, output=settings.output)}
-    if optimized is not None:
-        sessions["int8"] = open_session(
-            optimized[0], threads=measure.threads, output=settings.output
-        )
-    feed = representative_feed(valid.feeds)
-    latency = measure_latency(sessions, feed, measure)
-    progress.step("latency measured")
-    batch_feeds = [valid.feeds[i % len(valid)] for i in range(measure.batch_size)]
-    throughput = measure_throughput(sessions, stack_feeds(batch_feeds), measure)
-    progress.step("throughput measured")
-    figures = {}
-    for name, session in sessions.items():
-        alone = reference if name == "fp32" else session.run_each(valid.feeds)
-        invariance = check_batch_invariance(
-            session.run_each,
-            session.run_batch,
-            valid.feeds,
-            batch_size=settings.invariance_batch_size,
-            tolerance=settings.invariance_tolerance,
-            alone=alone,
-        )
-        figures[name] = ModelFigures(
-            path=session.path,
-            size_mb=model_size_mb(session.path),
-            latency=latency[name],
-            throughput=throughput[name],
-            metric_value=baseline_value(settings.metric, reference, valid.labels)
-            if name == "fp32" or optimized is None
-            else optimized[1],
-            invariance=invariance,
-        )
-    return figures["fp32"], figures.get("int8")
 
 
 def _settings_dict(
@@ -346,9 +297,10 @@ def _settings_dict(
         "iterations": settings.measure.iterations,
         "repeats": settings.measure.repeats,
         "batch_size": settings.measure.batch_size,
-        "validation": str(validation),
+        "validation": validation.name,
         "validation_samples": len(valid),
-        "calibration": str(calibration) if calibration else None,
+        "labels": valid.labels is not None,
+        "calibration": calibration.name if calibration else None,
         "calibration_samples": len(calib) if calib else 0,
         "budgets": {
             "max_size_mb": settings.budgets.max_size_mb,

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.optimize._deps import require
+from servinglib.optimize._files import StagedOutput, has_external_data, save_with_external_data
+from servinglib.optimize._messages import first_line
 from servinglib.optimize._per_token import rewrite_per_token
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.samples import Feed, SampleSet
@@ -154,30 +156,31 @@ def quantize_model(
         raise OptimizeError(
             f"calibration method {options.calibration_method!r} is not one of {CALIBRATION_METHODS}"
         )
-    if source.resolve() == destination.resolve():
-        raise OptimizeError(f"{destination} is the source model; save to a new file")
-    destination.parent.mkdir(parents=True, exist_ok=True)
     if options.method == "static" and (calibration is None or not len(calibration)):
         raise OptimizeError(
             "static quantization needs calibration samples; pass --calibration FILE "
             "(.npz, .jsonl or test_data.json) with representative inputs"
         )
     quantization = require("onnxruntime.quantization", "quantization")
-    try:
-        with _quiet_advisories():
-            if options.method == "dynamic":
-                _dynamic(quantization, source, destination, options)
-            elif options.method == "dynamic-per-token":
-                _per_token(quantization, source, destination, options)
-            else:
-                assert calibration is not None
-                _static(quantization, source, destination, options, calibration)
-    except OptimizeError:
-        raise
-    except Exception as e:
-        raise OptimizeError(
-            f"quantizing {source} ({options.describe()}) failed: {type(e).__name__}: {e}"
-        ) from e
+    external = has_external_data(source)
+    with StagedOutput(destination, source=source) as staged:
+        try:
+            with _quiet_advisories():
+                if options.method == "dynamic":
+                    _dynamic(quantization, source, staged.path, options, external)
+                elif options.method == "dynamic-per-token":
+                    _per_token(quantization, source, staged.path, options, external)
+                else:
+                    assert calibration is not None
+                    _static(quantization, source, staged.path, options, calibration, external)
+        except OptimizeError:
+            raise
+        except Exception as e:
+            raise OptimizeError(
+                f"quantizing {source.name} ({options.describe()}) failed: "
+                f"{type(e).__name__}: {first_line(e)}"
+            ) from e
+        staged.commit()
     samples = len(calibration) if options.method == "static" and calibration is not None else 0
     return QuantizeResult(destination, options, samples)
 
@@ -186,7 +189,9 @@ def _op_types(registry: Any, options: QuantizeOptions) -> list[str]:
     return sorted(set(registry) - set(options.exclude_op_types))
 
 
-def _dynamic(quantization: Any, source: Path, destination: Path, options: QuantizeOptions) -> None:
+def _dynamic(
+    quantization: Any, source: Path, destination: Path, options: QuantizeOptions, external: bool
+) -> None:
     registry = require("onnxruntime.quantization.registry", "dynamic quantization")
     quantization.quantize_dynamic(
         str(source),
@@ -196,11 +201,12 @@ def _dynamic(quantization: Any, source: Path, destination: Path, options: Quanti
         reduce_range=options.reduce_range,
         weight_type=quantization.QuantType.QInt8,
         nodes_to_exclude=list(options.exclude_nodes),
+        use_external_data_format=external,
     )
 
 
 def _per_token(
-    quantization: Any, source: Path, destination: Path, options: QuantizeOptions
+    quantization: Any, source: Path, destination: Path, options: QuantizeOptions, external: bool
 ) -> None:
     onnx = require("onnx", "per-token quantization")
     with tempfile.TemporaryDirectory(prefix="servinglib-per-token-") as tmp:
@@ -216,6 +222,7 @@ def _per_token(
                 per_channel=False,
                 weight_type=quantization.QuantType.QInt8,
                 nodes_to_exclude=list(options.exclude_nodes),
+                use_external_data_format=external,
             )
         model = onnx.load(str(start))
     model, rewritten = rewrite_per_token(
@@ -230,8 +237,12 @@ def _per_token(
             f"{source} has no MatMul/Gemm with a constant float weight left to quantize per "
             "token; use --method dynamic or static"
         )
-    onnx.checker.check_model(model)
-    onnx.save(model, str(destination))
+    if external:
+        save_with_external_data(model, destination)
+        onnx.checker.check_model(str(destination))
+    else:
+        onnx.checker.check_model(model)
+        onnx.save(model, str(destination))
 
 
 def _static(
@@ -240,6 +251,7 @@ def _static(
     destination: Path,
     options: QuantizeOptions,
     calibration: SampleSet,
+    external: bool,
 ) -> None:
     registry = require("onnxruntime.quantization.registry", "static quantization")
     methods = {
@@ -259,4 +271,5 @@ def _static(
         weight_type=quantization.QuantType.QInt8,
         nodes_to_exclude=list(options.exclude_nodes),
         calibrate_method=methods[options.calibration_method],
+        use_external_data_format=external,
     )

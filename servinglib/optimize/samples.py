@@ -34,6 +34,7 @@ __all__ = [
     "InputSpec",
     "SampleSet",
     "input_specs",
+    "load_labels",
     "load_samples",
     "representative_feed",
     "stack_feeds",
@@ -68,6 +69,10 @@ class SampleSet:
         """The first ``count`` samples."""
         labels = None if self.labels is None else self.labels[:count]
         return SampleSet(self.feeds[:count], labels, self.source)
+
+    def with_labels(self, labels: np.ndarray) -> SampleSet:
+        """The same samples with ``labels`` (one per sample) instead of the file's."""
+        return SampleSet(self.feeds, labels, self.source)
 
 
 def input_specs(model_path: Path) -> tuple[InputSpec, ...]:
@@ -111,6 +116,38 @@ def load_samples(path: Path, specs: Sequence[InputSpec], limit: int | None = Non
     if not samples.feeds:
         raise OptimizeError(f"{path}: holds no samples; add at least one")
     return samples if limit is None else samples.head(limit)
+
+
+def load_labels(path: Path, count: int) -> np.ndarray:
+    """Ground-truth labels for ``count`` validation samples from ``path``.
+
+    ``.npy`` (one array), ``.npz`` (a ``labels`` array), or text (``.txt``/``.csv``: one label
+    per line). Extra labels beyond ``count`` are dropped, as samples beyond ``--max-samples``.
+
+    Raises:
+        OptimizeError: the file is missing, unreadable, or has fewer labels than samples.
+    """
+    if not path.is_file():
+        raise OptimizeError(f"--labels {path}: not found; pass .npy, .npz (labels) or .txt")
+    try:
+        if path.suffix == ".npy":
+            labels = np.load(path, allow_pickle=False)
+        elif path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                if "labels" not in archive.files:
+                    raise OptimizeError(f"--labels {path}: has no 'labels' array")
+                labels = archive["labels"]
+        else:
+            lines = path.read_text(encoding="utf-8").split()
+            labels = np.array([int(float(line)) for line in lines])
+    except (ValueError, OSError) as e:
+        raise OptimizeError(f"--labels {path}: cannot read labels: {e}") from e
+    labels = np.asarray(labels).reshape(-1)
+    if len(labels) < count:
+        raise OptimizeError(
+            f"--labels {path}: {len(labels)} labels for {count} validation samples; give one each"
+        )
+    return labels[:count]
 
 
 def _check_names(path: Path, names: Sequence[str], specs: Sequence[InputSpec], where: str) -> None:

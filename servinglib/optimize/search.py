@@ -1,4 +1,4 @@
-"""Accuracy-aware search: try quantization candidates, keep the fastest within the loss budget.
+"""Accuracy-aware search: try quantization candidates, keep the best within the loss budget.
 
 Candidates, in order:
 
@@ -11,9 +11,14 @@ request is served) and checked for batch invariance. A candidate is *accepted* w
 is within ``max_loss``, its size within ``max_size_mb`` and, if ``require_invariance``, it is
 batch-invariant. When none is accepted, the least lossy candidate is retried with its most
 sensitive nodes left in float (1, 2, 4, 8, ... nodes, see :mod:`servinglib.optimize.sensitivity`)
-until one is accepted. Excluding nodes only costs speed and size, so this runs only when no
-fully quantized candidate holds the budget. Among accepted candidates the fastest median
-single-request latency wins; when none is accepted the result says why for each.
+until one is accepted; only nodes that method actually quantized are candidates for
+exclusion. Excluding nodes only costs speed and size, so this runs only when no fully
+quantized candidate holds the budget.
+
+Among accepted candidates, latency decides only where the measured rounds can tell two
+apart (:mod:`servinglib.optimize.compare`); candidates indistinguishable from the fastest are
+ranked batch-invariant first, then smaller, then less lossy. When none is accepted the
+result says why for each.
 
 Example::
 
@@ -30,10 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from servinglib.optimize._files import model_size_mb
 from servinglib.optimize._per_token import PER_TOKEN_OP_TYPES
 from servinglib.optimize._progress import Progress
 from servinglib.optimize._session import Session, open_session
 from servinglib.optimize.accuracy import MetricResult, evaluate
+from servinglib.optimize.compare import Comparison, compare_rounds
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.graph import count_ops
 from servinglib.optimize.invariance import (
@@ -41,23 +48,23 @@ from servinglib.optimize.invariance import (
     InvarianceResult,
     check_batch_invariance,
 )
-from servinglib.optimize.measure import (
-    LatencyStats,
-    MeasureSettings,
-    measure_latency,
-    model_size_mb,
-)
+from servinglib.optimize.measure import LatencyStats, MeasureSettings, measure_latency
+from servinglib.optimize.metric_choice import choose_metric
 from servinglib.optimize.quantize import QuantizeOptions, quantize_model
 from servinglib.optimize.samples import SampleSet, representative_feed
-from servinglib.optimize.sensitivity import rank_sensitive_nodes
+from servinglib.optimize.sensitivity import changed_nodes, rank_sensitive_nodes
 
 __all__ = [
     "CandidateResult",
     "SearchResult",
     "SearchSettings",
     "auto_candidates",
+    "pick_candidate",
+    "planned_steps",
     "search_candidates",
 ]
+
+_EXCLUSION_COUNTS = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,8 @@ class SearchSettings:
     """What the search optimizes for.
 
     Attributes:
-        metric: one of :data:`servinglib.optimize.accuracy.METRICS`.
+        metric: one of :data:`servinglib.optimize.accuracy.METRICS` (``auto``: chosen from
+            the FP32 outputs) or ``module:function``.
         max_loss: largest allowed loss (None: any loss is accepted).
         max_size_mb: largest allowed file size (None: any size).
         require_invariance: reject candidates that are not batch-invariant.
@@ -76,7 +84,7 @@ class SearchSettings:
         measure: latency settings used to rank accepted candidates.
     """
 
-    metric: str = "cosine"
+    metric: str = "auto"
     max_loss: float | None = 0.01
     max_size_mb: float | None = None
     require_invariance: bool = False
@@ -100,6 +108,7 @@ class CandidateResult:
     latency: LatencyStats | None = None
     accepted: bool = False
     reasons: list[str] = field(default_factory=list)
+    comparison: str | None = None
 
 
 @dataclass
@@ -109,6 +118,9 @@ class SearchResult:
     candidates: list[CandidateResult]
     chosen: CandidateResult | None
     reference_outputs: list[np.ndarray]
+    metric: str = "cosine"
+    metric_reason: str = ""
+    choice_reason: str = ""
 
     def explain(self) -> str:
         """One line per candidate: name, loss and why it was rejected or accepted."""
@@ -117,6 +129,8 @@ class SearchResult:
             loss = f"loss {c.metric.loss:.4g}" if c.metric else "not scored"
             size = f", {c.size_mb:.2f} MB" if c.size_mb is not None else ""
             verdict = "accepted" if c.accepted else "rejected: " + "; ".join(c.reasons)
+            if c.comparison:
+                verdict += f" ({c.comparison})"
             lines.append(f"  {c.name}: {loss}{size} — {verdict}")
         return "\n".join(lines)
 
@@ -156,6 +170,9 @@ class _Searcher:
         self.progress = progress
         reference = self._open(source)
         self.reference = reference.run_each(validation.feeds)
+        self.metric, self.metric_reason = choose_metric(
+            settings.metric, self.reference, labels=validation.labels, output=reference.output
+        )
 
     def _open(self, path: Path) -> Session:
         return open_session(
@@ -176,7 +193,7 @@ class _Searcher:
         result.size_mb = model_size_mb(path)
         outputs = session.run_each(self.validation.feeds)
         result.metric = evaluate(
-            self.settings.metric,
+            self.metric,
             reference=self.reference,
             candidate=outputs,
             labels=self.validation.labels,
@@ -214,13 +231,17 @@ class _Searcher:
         if not fixable:
             return []
         base = min(fixable, key=lambda c: c.metric.loss if c.metric else np.inf)
-        ranked = rank_sensitive_nodes(self.source, self.validation.feeds, base.options)
+        assert base.path is not None
+        changed = changed_nodes(self.source, base.path)
+        ranked = [
+            node
+            for node in rank_sensitive_nodes(self.source, self.validation.feeds, base.options)
+            if node.name in changed
+        ]
         # at least one node stays quantized, or the "INT8" candidate would be the FP32 model
-        limit = min(self.settings.max_excluded, len(ranked) - 1)
-        counts = [k for k in (1, 2, 4, 8, 16, 32) if k <= limit]
-        self.progress.grow(len(counts))
+        limit = min(self.settings.max_excluded, len(changed) - 1, len(ranked))
         results: list[CandidateResult] = []
-        for k in counts:
+        for k in [k for k in _EXCLUSION_COUNTS if k <= limit]:
             options = base.options.excluding([node.name for node in ranked[:k]])
             result = self.try_candidate(options, len(tried) + len(results))
             results.append(result)
@@ -228,14 +249,63 @@ class _Searcher:
                 break
         return results
 
-    def rank_by_latency(self, accepted: list[CandidateResult]) -> CandidateResult:
+    def choose(self, accepted: list[CandidateResult]) -> tuple[CandidateResult, str]:
+        """The accepted candidate to keep, and why (see :mod:`servinglib.optimize.compare`)."""
         feed = representative_feed(self.validation.feeds)
         sessions = {str(i): self._open(c.path) for i, c in enumerate(accepted) if c.path}
         stats = measure_latency(sessions, feed, self.settings.measure)
         for i, candidate in enumerate(accepted):
             candidate.latency = stats[str(i)]
-        self.progress.step("latency of accepted candidates")
-        return min(accepted, key=lambda c: c.latency.p50_ms if c.latency else np.inf)
+        return pick_candidate(accepted)
+
+
+def pick_candidate(accepted: Sequence[CandidateResult]) -> tuple[CandidateResult, str]:
+    """The accepted candidate to keep (latencies measured), and why.
+
+    Candidates whose rounds cannot be told apart from the fastest median are tied; among
+    them batch-invariant wins, then smaller, then less lossy.
+    """
+    fastest = min(accepted, key=lambda c: c.latency.p50_ms if c.latency else np.inf)
+    tied = []
+    for candidate in accepted:
+        if candidate is fastest:
+            candidate.comparison = "fastest median"
+            tied.append(candidate)
+            continue
+        verdict = _compare(candidate, fastest)
+        candidate.comparison = verdict.describe(fastest.name)
+        if verdict.faster is not False:
+            tied.append(candidate)
+    chosen = min(tied, key=_tie_key)
+    if len(tied) == 1:
+        return chosen, "measurably faster than every other accepted candidate"
+    names = ", ".join(c.name for c in tied)
+    return chosen, (
+        f"latency cannot tell apart {names}; among them preferred batch-invariant, then "
+        "smaller, then less lossy"
+    )
+
+
+def _compare(a: CandidateResult, b: CandidateResult) -> Comparison:
+    assert a.latency is not None
+    assert b.latency is not None
+    return compare_rounds(a.latency.rounds_p50_ms, b.latency.rounds_p50_ms)
+
+
+def _tie_key(c: CandidateResult) -> tuple[bool, float, float, float]:
+    variant = not (c.invariance is not None and c.invariance.invariant)
+    return (
+        variant,
+        c.size_mb or 0.0,
+        c.metric.loss if c.metric else np.inf,
+        c.latency.p50_ms if c.latency else np.inf,
+    )
+
+
+def planned_steps(base_candidates: int, settings: SearchSettings) -> int:
+    """Progress steps :func:`search_candidates` counts: candidates, possible retries, choice."""
+    retries = len([k for k in _EXCLUSION_COUNTS if k <= settings.max_excluded])
+    return base_candidates + retries + 1
 
 
 def search_candidates(
@@ -248,7 +318,7 @@ def search_candidates(
     candidates: Sequence[QuantizeOptions] | None = None,
     progress: Progress | None = None,
 ) -> SearchResult:
-    """Quantize ``source`` with each candidate and choose the fastest accepted one.
+    """Quantize ``source`` with each candidate and choose among the accepted ones.
 
     ``candidates`` defaults to :func:`auto_candidates`; pass one to check a fixed method
     against the same budgets. Files are written to ``work_dir``.
@@ -259,15 +329,20 @@ def search_candidates(
         if candidates is not None
         else auto_candidates(source, calibration is not None)
     )
-    progress.grow(len(base) + 1)
+    start = progress.done
+    planned = planned_steps(len(base), settings)
     searcher = _Searcher(source, work_dir, validation, calibration, settings, progress)
     tried = [searcher.try_candidate(options, i) for i, options in enumerate(base)]
     if candidates is None and not any(c.accepted for c in tried):
         tried += searcher.exclusions(tried)
     accepted = [c for c in tried if c.accepted]
+    chosen: CandidateResult | None = None
+    reason = "no candidate fits"
     if len(accepted) > 1:
-        chosen: CandidateResult | None = searcher.rank_by_latency(accepted)
-    else:
-        chosen = accepted[0] if accepted else None
-        progress.step("chosen" if chosen else "no candidate fits")
-    return SearchResult(tried, chosen, searcher.reference)
+        chosen, reason = searcher.choose(accepted)
+    elif accepted:
+        chosen, reason = accepted[0], "the only accepted candidate"
+    progress.advance_to(start + planned, "candidate chosen" if chosen else "no candidate fits")
+    return SearchResult(
+        tried, chosen, searcher.reference, searcher.metric, searcher.metric_reason, reason
+    )

@@ -32,7 +32,7 @@ from servinglib.optimize._deps import require
 from servinglib.optimize.quantize import QuantizeOptions
 from servinglib.optimize.samples import Feed
 
-__all__ = ["NodeSensitivity", "rank_sensitive_nodes"]
+__all__ = ["NodeSensitivity", "changed_nodes", "rank_sensitive_nodes"]
 
 _OP_TYPES = ("MatMul", "Gemm", "Conv")
 _FLOAT = 1  # onnx.TensorProto.FLOAT
@@ -159,3 +159,23 @@ def rank_sensitive_nodes(
                 errors.append(_relative(qx @ quantized_w, x @ target.weight))
         ranked.append(NodeSensitivity(target.name, target.op_type, float(np.mean(errors))))
     return sorted(ranked, key=lambda n: n.error, reverse=True)
+
+
+def changed_nodes(original: Path, quantized: Path) -> set[str]:
+    """Names of the nodes of ``original`` that quantizing into ``quantized`` replaced or rewired.
+
+    A quantizer either replaces a node (``MatMul`` → ``MatMulInteger``: the name is gone) or,
+    in QDQ format, feeds it from ``DequantizeLinear`` (same name, other inputs). Excluding any
+    other node from quantization changes nothing.
+    """
+    onnx = require("onnx", "sensitivity analysis")
+    before = onnx.load(str(original), load_external_data=False).graph.node
+    after = {
+        node.name: list(node.input)
+        for node in onnx.load(str(quantized), load_external_data=False).graph.node
+    }
+    return {
+        node.name
+        for node in before
+        if node.name and (node.name not in after or after[node.name] != list(node.input))
+    }

@@ -18,7 +18,7 @@ from servinglib.model import TensorSpec
 from servinglib.runtimes._base import TensorModel
 from servinglib.runtimes._tensors import default_threads
 
-__all__ = ["ONNX_DATATYPES", "OnnxModel", "choose_providers"]
+__all__ = ["GRAPH_LEVELS", "ONNX_DATATYPES", "OnnxModel", "choose_providers", "session_options"]
 
 ARTIFACT = "model.onnx"
 
@@ -37,6 +37,8 @@ ONNX_DATATYPES: dict[str, tuple[str, str]] = {
     "tensor(double)": ("FP64", "float64"),
     "tensor(string)": ("BYTES", "object"),
 }
+
+GRAPH_LEVELS = ("disable", "basic", "extended", "all")
 
 _PREFERRED_PROVIDERS = (
     "TensorrtExecutionProvider",
@@ -60,6 +62,51 @@ def choose_providers(available: Sequence[str], requested: Sequence[str] | None =
             )
         return list(requested)
     return [p for p in _PREFERRED_PROVIDERS if p in available] or list(available)
+
+
+def session_options(
+    ort: Any,
+    *,
+    graph_level: str = "all",
+    intra_op_threads: int = 1,
+    inter_op_threads: int = 1,
+    spin_wait: bool = False,
+    optimized_model_path: Path | None = None,
+) -> Any:
+    """The ``onnxruntime.SessionOptions`` of a served session.
+
+    ``runtime: onnx`` serves with these options and ``servinglib optimize`` measures with
+    them, so the figures in an optimize report are those of the session the server runs.
+
+    Raises:
+        ModelLoadError: ``graph_level`` is not one of :data:`GRAPH_LEVELS`, or a thread count
+            is below 1.
+    """
+    levels = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    if graph_level not in levels:
+        raise ModelLoadError(
+            f"graph_optimization_level {graph_level!r} is not one of {list(GRAPH_LEVELS)}"
+        )
+    if intra_op_threads < 1 or inter_op_threads < 1:
+        raise ModelLoadError(
+            f"thread counts must be at least 1 (intra_op_threads={intra_op_threads}, "
+            f"inter_op_threads={inter_op_threads})"
+        )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = levels[graph_level]
+    options.intra_op_num_threads = intra_op_threads
+    options.inter_op_num_threads = inter_op_threads
+    spin = "1" if spin_wait else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    if optimized_model_path is not None:
+        options.optimized_model_filepath = str(optimized_model_path)
+    return options
 
 
 def _import_onnxruntime() -> Any:
@@ -91,23 +138,16 @@ class OnnxModel(TensorModel):
             raise ModelLoadError(f"{artifact} not found; runtime: onnx serves <version>/{ARTIFACT}")
         options_cfg = dict(self.settings.runtime_options)
         workers = self.settings.workers
-        options = ort.SessionOptions()
-        level = options_cfg.get("graph_optimization_level", "all")
-        options.graph_optimization_level = {
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[level]
-        options.intra_op_num_threads = int(
-            options_cfg.get("intra_op_threads", default_threads(workers))
+        options = session_options(
+            ort,
+            graph_level=str(options_cfg.get("graph_optimization_level", "all")),
+            intra_op_threads=int(options_cfg.get("intra_op_threads", default_threads(workers))),
+            inter_op_threads=int(options_cfg.get("inter_op_threads", 1)),
+            spin_wait=bool(options_cfg.get("spin_wait", False)),
+            optimized_model_path=path / "model.optimized.onnx"
+            if options_cfg.get("save_optimized_graph")
+            else None,
         )
-        options.inter_op_num_threads = int(options_cfg.get("inter_op_threads", 1))
-        spin = "1" if options_cfg.get("spin_wait", False) else "0"
-        options.add_session_config_entry("session.intra_op.allow_spinning", spin)
-        options.add_session_config_entry("session.inter_op.allow_spinning", spin)
-        if options_cfg.get("save_optimized_graph"):
-            options.optimized_model_filepath = str(path / "model.optimized.onnx")
         providers = choose_providers(ort.get_available_providers(), options_cfg.get("providers"))
         try:
             self.session = ort.InferenceSession(

@@ -1,0 +1,91 @@
+"""Which of two latency measurements is faster, or whether the rounds cannot tell.
+
+Models are measured in rounds that take turns run by run (see :mod:`.measure`), so round
+*i* of one model and round *i* of another saw the same load. Model A is called *faster*
+than B only when both hold:
+
+* a one-sided sign test over the paired rounds: A's round p50 is below B's in at least
+  ``k`` of ``n`` rounds, ``k`` the smallest count with probability ≤ 5 % under "equally
+  fast" (5 of 5, 12 of 15; with fewer than 5 rounds nothing is distinguishable);
+* the medians differ by at least :data:`MIN_EFFECT` (3 %), a difference worth choosing on.
+
+Otherwise the two are *indistinguishable*, and the search decides on batch invariance, then
+size, then loss, all of which are measured exactly.
+
+Example::
+
+    verdict = compare_rounds(a.rounds_p50_ms, b.rounds_p50_ms)
+    print(verdict.faster, verdict.describe("dynamic"))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["MIN_EFFECT", "ROUND_SPREAD_WARNING", "Comparison", "compare_rounds", "round_spread"]
+
+MIN_EFFECT = 0.03
+SIGNIFICANCE = 0.05
+ROUND_SPREAD_WARNING = 0.25
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A against B: ``faster`` is True (A faster), False (B faster) or None (cannot tell)."""
+
+    faster: bool | None
+    wins: int
+    rounds: int
+    needed: int
+    ratio: float
+
+    def describe(self, other: str) -> str:
+        """E.g. ``faster than dynamic (won 5 of 5 rounds, 0.82x the time)``."""
+        detail = f"won {self.wins} of {self.rounds} rounds, {self.ratio:.2f}x the time"
+        if self.faster is None:
+            need = (
+                f"{self.needed} wins needed"
+                if self.needed <= self.rounds
+                else "too few rounds to tell"
+            )
+            return f"indistinguishable from {other} ({detail}; {need})"
+        return f"{'faster' if self.faster else 'slower'} than {other} ({detail})"
+
+
+def _needed(rounds: int) -> int:
+    """Smallest win count whose one-sided sign-test probability is ≤ SIGNIFICANCE."""
+    for k in range(rounds + 1):
+        tail = sum(math.comb(rounds, j) for j in range(k, rounds + 1)) / 2**rounds
+        if tail <= SIGNIFICANCE:
+            return k
+    return rounds + 1
+
+
+def compare_rounds(a: Sequence[float], b: Sequence[float]) -> Comparison:
+    """Compare paired round medians (ms) of two models measured together."""
+    rounds = min(len(a), len(b))
+    pairs = list(zip(a[:rounds], b[:rounds], strict=True))
+    wins = sum(1 for x, y in pairs if x < y)
+    losses = sum(1 for x, y in pairs if x > y)
+    median_a, median_b = float(np.median(a)), float(np.median(b))
+    ratio = median_a / median_b if median_b > 0 else 1.0
+    needed = _needed(rounds)
+    faster: bool | None = None
+    if abs(1.0 - ratio) >= MIN_EFFECT:
+        if wins >= needed and ratio < 1.0:
+            faster = True
+        elif losses >= needed and ratio > 1.0:
+            faster = False
+    return Comparison(faster, wins, rounds, needed, ratio)
+
+
+def round_spread(rounds: Sequence[float]) -> float:
+    """(slowest - fastest round) / median round: 0.1 means rounds differ by 10 %."""
+    if not rounds:
+        return 0.0
+    median = float(np.median(rounds))
+    return (max(rounds) - min(rounds)) / median if median > 0 else 0.0

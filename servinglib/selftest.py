@@ -24,6 +24,7 @@ from typing import Any
 
 import jsonschema
 
+from servinglib._tracebacks import format_exception, user_frame
 from servinglib.errors import SelfTestDataError
 from servinglib.jsonbytes import to_plain
 from servinglib.model import Model, SelfTestCase, Tolerance
@@ -48,6 +49,7 @@ class CaseResult:
     name: str
     duration_s: float
     problems: tuple[str, ...] = ()
+    traceback: str = ""  # the full traceback when predict raised
 
     @property
     def passed(self) -> bool:
@@ -70,6 +72,10 @@ class SelfTestReport:
         """One line naming each failed case and its first problem."""
         failed = [c for c in self.cases if not c.passed]
         return "; ".join(f"self-test {c.name!r} failed: {c.problems[0]}" for c in failed)
+
+    def tracebacks(self) -> str:
+        """The full traceback of each case whose predict raised (empty when none did)."""
+        return "\n".join(f"self-test {c.name!r}:\n{c.traceback}" for c in self.cases if c.traceback)
 
 
 @cache
@@ -170,11 +176,16 @@ def run_selftests(model: Model, cases: Sequence[SelfTestCase]) -> SelfTestReport
     results = []
     for case in cases:
         started = time.perf_counter()
+        trace = ""
         try:
             actual = model.predict(model.prepare(case.input))
         except Exception as e:  # a raising model is a failed case, reported, not a crash
-            problems: tuple[str, ...] = (f"predict raised {type(e).__name__}: {e}",)
+            where = user_frame(e)
+            problems: tuple[str, ...] = (
+                f"predict raised {type(e).__name__}: {e}" + (f" at {where}" if where else ""),
+            )
+            trace = format_exception(e)
         else:
             problems = tuple(compare_outputs(case.expected, actual, case.tolerance))
-        results.append(CaseResult(case.name, time.perf_counter() - started, problems))
+        results.append(CaseResult(case.name, time.perf_counter() - started, problems, trace))
     return SelfTestReport(tuple(results))

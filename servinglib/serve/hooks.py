@@ -90,7 +90,13 @@ def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
 
 
 def when_ready(server: Any) -> None:
-    """Master ready: start the admin listener on 127.0.0.1 when it is enabled."""
+    """Master ready (listening, no worker yet): watch for the ready line; start the admin API."""
+    from servinglib.serve.ready import NOTE_ENV, watch_workers
+
+    url = str(server.LISTENERS[0]) if server.LISTENERS else "?"
+    watch_workers(
+        url, server.num_workers, lambda: _worker_pids(server), os.environ.get(NOTE_ENV, "")
+    )
     directory = os.environ.get(ROLLOUT_ENV)
     if not directory:
         return
@@ -147,8 +153,12 @@ def post_fork(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """Worker has loaded the app (and every model): stop the boot heartbeat."""
+    """Worker has loaded the app (and every model): stop the boot heartbeat, report ready."""
     _booted.set()
+    from servinglib.serve.ready import report_worker_ready
+
+    # The asyncio worker wraps the app in its event-loop front end and keeps the app aside.
+    report_worker_ready(getattr(worker, "servinglib_app", None) or getattr(worker, "wsgi", None))
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -261,10 +261,10 @@ def _selftest(config_path: str, junit: Path | None) -> int:
     config = load_config(config_path)
     configure_logging("error")
     run = run_selftest_suite(config)
+    print(format_report(run))  # the verdict comes below every failing line
     if junit is not None:
         write_junit(run, junit)
         print(f"JUnit XML written to {junit}")
-    print(format_report(run))  # the verdict comes last, below every failing line
     return EXIT_OK if run.passed else EXIT_FAILED
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import jsonschema
 
+from servinglib._schema_errors import explain_schema_error
 from servinglib._tracebacks import format_exception, user_frame
 from servinglib.errors import SelfTestDataError
 from servinglib.jsonbytes import to_plain
@@ -85,6 +86,10 @@ def _test_data_schema() -> dict[str, Any]:
     return schema
 
 
+def _unknown_keys_first(error: jsonschema.ValidationError) -> tuple[bool, list[Any]]:
+    return (error.validator != "additionalProperties", list(error.absolute_path))
+
+
 def load_test_data(version_dir: Path) -> list[SelfTestCase]:
     """Read ``test_data.json`` of a version directory; no file means no cases.
 
@@ -99,11 +104,12 @@ def load_test_data(version_dir: Path) -> list[SelfTestCase]:
     except json.JSONDecodeError as e:
         raise SelfTestDataError(f"not valid JSON: {e}; fix the file", source=str(path)) from e
     validator = jsonschema.Draft202012Validator(_test_data_schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
+    errors = sorted(validator.iter_errors(document), key=_unknown_keys_first)
+    if errors:
+        error = errors[0]  # a misspelt key also makes a required one missing: name the typo
         key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         raise SelfTestDataError(
-            f"{error.message}; see docs/reference/test-data.md for the format",
+            f"{explain_schema_error(error)}; see docs/reference/test-data.md for the format",
             source=str(path),
             key_path=key.lstrip("."),
         )
@@ -145,7 +151,13 @@ def compare_outputs(expected: Any, actual: Any, tolerance: Tolerance, path: str 
     if isinstance(expected, float) and _is_number(actual):
         return _compare_float(expected, float(actual), tolerance, path)
     if type(expected) is not type(actual) or expected != actual:
-        return [f"{path}: expected {_short(expected)}, got {_short(actual)}"]
+        problem = f"{path}: expected {_short(expected)}, got {_short(actual)}"
+        if _is_number(expected) and isinstance(actual, float):
+            problem += (
+                f" (an integer in `expected` matches only an integer; write {float(expected)!r}"
+                " to compare numbers within the tolerance)"
+            )
+        return [problem]
     return []
 
 

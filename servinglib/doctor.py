@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,10 +49,12 @@ class Finding:
         return text + (f"\n      -> {self.fix}" if self.fix else "")
 
 
-def run_doctor(config_path: Path | None) -> list[Finding]:
+def run_doctor(
+    config_path: Path | None, extras: Mapping[str, tuple[str, ...]] = EXTRAS
+) -> list[Finding]:
     """Every check, in order; ``config_path`` (when it exists) adds ports and log paths."""
     findings = [_python()]
-    findings += list(_extras())
+    findings += list(_extras(extras))
     findings.append(_torch())
     findings.append(_onnxruntime())
     config, finding = _config(config_path)
@@ -73,8 +75,8 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _extras() -> Iterator[Finding]:
-    for extra, modules in EXTRAS.items():
+def _extras(extras: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:
+    for extra, modules in extras.items():
         missing = [module for module in modules if not _installed(module)]
         if not missing:
             yield Finding("ok", f"extra {extra}", "installed")

@@ -104,7 +104,8 @@ def when_ready(server: Any) -> None:
     from servinglib.serve.admin import AdminServer
 
     config = load_config(os.environ["SERVINGLIB_CONFIG"])
-    configure_logging(config.server.log_level)  # admin actions are logged by the master
+    # Admin actions are logged by the master.
+    configure_logging(config.server.log_level, config.server.log_format)
     admin = AdminServer(
         config,
         Path(directory),

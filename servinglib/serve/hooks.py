@@ -10,6 +10,7 @@ until the app has loaded.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import tempfile
@@ -153,9 +154,25 @@ def post_fork(server: Any, worker: Any) -> None:
     threading.Thread(target=heartbeat, name="servinglib-boot-heartbeat", daemon=True).start()
 
 
+class _ClosedListenerFilter(logging.Filter):
+    """Drop gunicorn's "Error while closing socket [Errno 9]" from a stopping worker.
+
+    The event loop owns the listening socket's descriptor and closes it when it stops
+    serving; gunicorn then closes its own wrapper of the same descriptor and logs the
+    harmless EBADF at INFO on every shutdown.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage().startswith("Error while closing socket")
+            and "Bad file descriptor" in record.getMessage()
+        )
+
+
 def post_worker_init(worker: Any) -> None:
     """Worker has loaded the app (and every model): stop the boot heartbeat, report ready."""
     _booted.set()
+    logging.getLogger("gunicorn.error").addFilter(_ClosedListenerFilter())
     from servinglib.serve.ready import report_worker_ready
 
     # The asyncio worker wraps the app in its event-loop front end and keeps the app aside.

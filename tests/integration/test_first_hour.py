@@ -70,7 +70,12 @@ def test_the_readme_example_runs_as_printed(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            serve, shell=True, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, env=env
+            "exec " + serve,  # the shell becomes the server: stop() signals the server itself
+            shell=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=env,
         )
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
@@ -89,6 +94,10 @@ def test_the_readme_example_runs_as_printed(tmp_path: Path) -> None:
         assert set(body) == set(expected)
     finally:
         stop(process)
+    assert process.returncode == 0, server.log()
+    shutdown = server.log()
+    assert "Shutting down: Master" in shutdown
+    assert "Error while closing socket" not in shutdown  # a harmless EBADF, not logged
 
 
 def test_a_taken_port_is_named_before_anything_starts(tmp_path: Path) -> None:

@@ -139,7 +139,8 @@ def _require_cookiecutter() -> None:
     except ImportError as e:
         raise GeneratorError(
             "servinglib-generate needs cookiecutter, which this environment lacks "
-            f"({sys.executable}); install it with: pip install 'servinglib[generator]'"
+            f"({sys.executable}); install servinglib's generator extra: pip install "
+            "'servinglib[generator]' (or just pip install 'cookiecutter>=2.5')"
         ) from e
 
 

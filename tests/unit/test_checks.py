@@ -92,7 +92,7 @@ def test_validate_exit_codes_match_the_reference(tmp_path: Path) -> None:
     config.write_text("service: s\nmodels: []\n")
     assert run("validate", cwd=tmp_path).returncode == 2  # the config itself is invalid
     reference = (Path(__file__).parents[2] / "docs" / "reference" / "cli.md").read_text()
-    assert "exit 2 when the config itself is invalid" in reference
+    assert "it exits with 2 when the config itself is invalid" in reference
 
 
 NOT_INVARIANT = """

@@ -70,6 +70,18 @@ class LiveServer:
             time.sleep(0.05)
 
 
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``servinglib ARGS`` as a real process (this checkout's code) and capture it."""
+    return subprocess.run(
+        [sys.executable, "-m", "servinglib.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as sock:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,17 +10,7 @@ import pytest
 
 from servinglib.checks import run_selftest_suite, validate_service, write_junit
 from servinglib.config import load_config
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servinglib.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
+from tests.conftest import run_cli as run
 
 
 def service(root: Path, model_py: str, *, extra: str = "", test_data: str | None = None) -> Path:

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from servinglib.starter import STARTER_FILES
+from tests.conftest import run_cli as run
 
 README = Path(__file__).parents[2] / "README.md"
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servinglib.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
 
 
 def readme_blocks() -> list[str]:

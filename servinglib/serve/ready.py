@@ -1,5 +1,7 @@
 """The ready line: one human line from the master once every worker has loaded its models.
 
+It starts with ``NOT READY`` instead when a model's default version failed in a worker.
+
 Each worker writes ``<pid>.json`` (its models' READY and FAILED versions) into a directory
 the master created before forking; a master thread prints, once, when every live worker
 has written its file::
@@ -53,7 +55,14 @@ def report_worker_ready(app: Any) -> None:
 def format_ready(url: str, workers: int, models: Mapping[str, Mapping[str, Any]]) -> str:
     """The ready line and one line per model (see the module docstring)."""
     versions = sum(len(states["ready"]) for states in models.values())
-    lines = [f"ready: {len(models)} models, {versions} versions on {url} ({workers} workers)"]
+    summary = f"{len(models)} models, {versions} versions on {url} ({workers} workers)"
+    not_ready = [
+        name for name, states in models.items() if states["default"] not in states["ready"]
+    ]
+    if not_ready:  # the workers are up, but /readyz answers 503 until a good default is set
+        lines = [f"NOT READY (default version FAILED: {', '.join(not_ready)}): {summary}"]
+    else:
+        lines = [f"ready: {summary}"]
     width = max((len(name) for name in models), default=0)
     for name, states in models.items():
         line = f"  {name:<{width}}  READY {', '.join(states['ready']) or '-'}"

@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workers=args.workers,
                 threads=args.threads,
                 worker=args.worker,
-                ready_note=args.ready_note.read_text() if args.ready_note else "",
+                ready_note=_read_note(args.ready_note),
             )
             return EXIT_OK
         if args.command == "validate":
@@ -199,6 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _read_note(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ServinglibError(f"--ready-note {path}: {e.strerror}; pass a readable file") from e
 
 
 def _validate(config_path: str) -> int:
@@ -259,7 +268,7 @@ def _selftest(config_path: str, junit: Path | None) -> int:
     from servinglib.monitoring.logs import configure_logging
 
     config = load_config(config_path)
-    configure_logging("error")
+    configure_logging("error", config.server.log_format)  # failures, with tracebacks
     run = run_selftest_suite(config)
     print(format_report(run))  # the verdict comes below every failing line
     if junit is not None:

@@ -10,7 +10,7 @@ import jsonschema
 
 from servinglib.errors import ConfigError
 
-__all__ = ["validate_against_schema"]
+__all__ = ["explain_schema_error", "validate_against_schema"]
 
 
 def validate_against_schema(document: Any, schema: Mapping[str, Any], label: str) -> None:
@@ -34,6 +34,23 @@ def _key_path(parts: Any) -> str:
     return out
 
 
+def _reference_hint(value: str, pattern: str) -> str:
+    """``model.py.EtaModel`` -> did you mean ``model.py:EtaModel``?"""
+    text = (
+        f"{value!r} does not match {pattern}; use `path/file.py:Class` or "
+        "`package.module:Class` (a colon before the class name)"
+    )
+    head, dot, tail = value.rpartition(".")
+    if dot and ":" not in value and tail.isidentifier():
+        text += f"; did you mean {head + ':' + tail!r}?"
+    return text
+
+
+def explain_schema_error(err: jsonschema.ValidationError) -> str:
+    """A sentence that says how to fix one JSON Schema violation (did-you-mean for keys)."""
+    return _explain(err)
+
+
 def _explain(err: jsonschema.ValidationError) -> str:
     """Turn a jsonschema error into a sentence that says how to fix it."""
     schema = err.schema if isinstance(err.schema, dict) else {}
@@ -55,12 +72,11 @@ def _explain(err: jsonschema.ValidationError) -> str:
     if err.validator == "required":
         return f"{err.message}; add it"
     if err.validator == "pattern":
+        if ":" in str(err.validator_value):  # a reference: module:Class or file.py:Class
+            return _reference_hint(str(err.instance), str(err.validator_value))
         return (
             f"{err.instance!r} is not allowed here; use lower-case letters, digits, '.', '_' "
             f"and '-' (pattern {err.validator_value})"
-            if "a-z0-9" in str(err.validator_value)
-            else f"{err.instance!r} does not match {err.validator_value}; expected the form "
-            "`package.module:Class` or `path/file.py:Class`"
         )
     if err.validator == "enum":
         return f"{err.instance!r} is not one of {err.validator_value}"

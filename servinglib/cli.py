@@ -17,23 +17,88 @@ __all__ = ["main"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
+DOCS = "https://github.com/servinglib/servinglib/tree/main/docs/reference/cli.md"
+
+
 def _default_config() -> str:
     return os.environ.get("SERVINGLIB_CONFIG", "servinglib.yaml")
 
 
+def _epilog(exit_codes: str) -> str:
+    return (
+        f"exit codes: {exit_codes}\n"
+        "environment: SERVINGLIB_CONFIG is the default --config; SERVINGLIB_<KEY> overrides\n"
+        "  server.<key> (e.g. SERVINGLIB_PORT=8081)\n"
+        f"docs: {DOCS}"
+    )
+
+
+def _add_command(
+    commands: Any, name: str, summary: str, description: str, exit_codes: str
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=_epilog(exit_codes),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default=_default_config(),
+        help="servinglib.yaml (default: $SERVINGLIB_CONFIG or %(default)s)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="servinglib", description="Serve machine-learning models."
+        prog="servinglib",
+        description="Serve machine-learning models. New here? servinglib init, then "
+        "servinglib validate, selftest and serve.",
+        epilog=f"docs: {DOCS}",
     )
     parser.add_argument(
         "--version", action="version", version=f"servinglib {package_version('servinglib')}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve every model of a config with gunicorn")
-    serve.add_argument(
-        "--config", default=_default_config(), help="servinglib.yaml (default: %(default)s)"
+    init = _add_command(
+        commands,
+        "init",
+        "write a one-file example model, its config, weights and self-test here",
+        "Write the README's one-file model (models/eta/model.py), servinglib.yaml, "
+        "models/eta/1/weights.json\nand a passing models/eta/1/test_data.json into the "
+        "directory, so that validate, selftest\nand serve work at once.",
+        "0 written, 2 a file exists (nothing written; --force replaces)",
     )
+    init.add_argument("directory", nargs="?", type=Path, default=Path(), help="default: here")
+    init.add_argument("--force", action="store_true", help="replace files that exist")
+
+    doctor = _add_command(
+        commands,
+        "doctor",
+        "check Python, extras, torch and ONNX Runtime builds, ports and paths",
+        "Check the environment servinglib runs in and print what to fix: Python version,\n"
+        "optional extras, the torch build (CPU or CUDA), ONNX Runtime providers, free ports,\n"
+        "and that the prediction-log directory is writable.",
+        "0 nothing to fix, 1 something to fix (each 'fix' line says how)",
+    )
+    _add_config(doctor)
+
+    serve = _add_command(
+        commands,
+        "serve",
+        "serve every model of a config with gunicorn",
+        "Serve every model of the config with gunicorn; models load in each worker after\n"
+        "fork. Prints one 'ready:' line (models, READY versions, URL) once every worker is\n"
+        "ready; stops on Ctrl-C or SIGTERM, draining requests.",
+        "0 stopped, 2 invalid config, port taken or bad flag",
+    )
+    _add_config(serve)
     serve.add_argument("--host", help="address to bind (overrides server.host)")
     serve.add_argument("--port", type=int, help="port to bind (overrides server.port)")
     serve.add_argument("--workers", type=int, help="worker processes (overrides server.workers)")
@@ -43,24 +108,41 @@ def _parser() -> argparse.ArgumentParser:
         choices=["asyncio", "gthread"],
         help="gunicorn worker class (overrides server.worker)",
     )
-
-    validate = commands.add_parser(
-        "validate", help="check a config and what it references, serving nothing"
-    )
-    validate.add_argument(
-        "--config", default=_default_config(), help="servinglib.yaml (default: %(default)s)"
+    serve.add_argument(
+        "--ready-note",
+        type=Path,
+        help="print this file after the ready line ({url} becomes the server's URL)",
     )
 
-    selftest = commands.add_parser(
-        "selftest", help="load every model version and run its self-tests"
+    validate = _add_command(
+        commands,
+        "validate",
+        "check a config and what it references, serving nothing",
+        "Check the config and everything it references without loading a model: classes\n"
+        "import, version directories exist, every version has self-test cases (test_data.json\n"
+        "or self_test_cases() in the class), and every case's input passes input_schema.",
+        "0 valid, 1 a problem in what the config references, 2 the config itself is invalid",
     )
-    selftest.add_argument(
-        "--config", default=_default_config(), help="servinglib.yaml (default: %(default)s)"
+    _add_config(validate)
+
+    selftest = _add_command(
+        commands,
+        "selftest",
+        "load every model version and run its self-tests",
+        "Load every version as a worker would and run its self-tests; then check batch\n"
+        "invariance of batched models and optimize_budgets of each READY version.",
+        "0 every version passed, 1 a version failed (load, self-test or check), 2 invalid config",
     )
+    _add_config(selftest)
     selftest.add_argument("--junit", type=Path, help="also write JUnit XML to this file")
 
-    admin = commands.add_parser(
-        "admin", help="load, promote, roll back or unload versions of a running server"
+    admin = _add_command(
+        commands,
+        "admin",
+        "load, promote, roll back or unload versions of a running server",
+        "Talk to the admin API of a running server (admin.enabled: true) on 127.0.0.1,\n"
+        "with the token in $SERVINGLIB_ADMIN_TOKEN (see --token-env).",
+        "0 done, 1 a loaded version is not READY (--wait), 2 bad arguments or refused",
     )
     admin.add_argument("action", choices=["status", "load", "promote", "rollback", "unload"])
     admin.add_argument("model", nargs="?", help="model name (all actions but status)")
@@ -88,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``servinglib`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "init":
+            return _init(args.directory, force=args.force)
+        if args.command == "doctor":
+            return _doctor(Path(args.config))
         if args.command == "serve":
             from servinglib.serve.launcher import serve
 
@@ -98,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 workers=args.workers,
                 threads=args.threads,
                 worker=args.worker,
+                ready_note=_read_note(args.ready_note),
             )
             return EXIT_OK
         if args.command == "validate":
@@ -112,6 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _read_note(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ServinglibError(f"--ready-note {path}: {e.strerror}; pass a readable file") from e
 
 
 def _validate(config_path: str) -> int:
@@ -167,51 +263,43 @@ def _admin(args: argparse.Namespace) -> int:
 
 
 def _selftest(config_path: str, junit: Path | None) -> int:
-    from servinglib.checks import run_all_selftests
+    from servinglib.checks import format_report, run_selftest_suite, write_junit
     from servinglib.config import load_config
     from servinglib.monitoring.logs import configure_logging
-    from servinglib.registry import VersionState
-    from servinglib.selftest_report import format_table, write_junit
 
     config = load_config(config_path)
-    configure_logging("error")
-    records = run_all_selftests(config)
-    print(format_table(records))
+    configure_logging("error", config.server.log_format)  # failures, with tracebacks
+    run = run_selftest_suite(config)
+    print(format_report(run))  # the verdict comes below every failing line
     if junit is not None:
-        write_junit(records, junit)
+        write_junit(run, junit)
         print(f"JUnit XML written to {junit}")
-    failed = [r for r in records if r.state is VersionState.FAILED]
-    print(f"{len(records) - len(failed)} of {len(records)} version(s) passed")
-    ready = [r for r in records if r.state is VersionState.READY]
-    checks_ok = _serving_checks(config, ready)
-    return EXIT_FAILED if failed or not checks_ok else EXIT_OK
+    return EXIT_OK if run.passed else EXIT_FAILED
 
 
-def _serving_checks(config: Any, records: list[Any]) -> bool:
-    """Batch invariance of batched models and optimize budgets, on the self-test inputs."""
-    from servinglib.optimize.budgets import budgets_for_model, check_served_version
-    from servinglib.optimize.invariance import check_model_batch_invariance
-    from servinglib.selftest import load_test_data
+def _init(directory: Path, *, force: bool) -> int:
+    from servinglib.starter import write_starter
 
-    ok = True
-    for record in records:
-        model = config.models[[m.name for m in config.models].index(record.model)]
-        inputs = [case.input for case in load_test_data(record.path)]
-        if not inputs or record.instance is None:
-            continue
-        if model.batching is not None and len(inputs) > 1:
-            result = check_model_batch_invariance(record.instance, inputs)
-            verdict = "batch-invariant" if result.invariant else "NOT batch-invariant"
-            print(
-                f"{record.model} {record.version}: {verdict} (worst relative deviation "
-                f"{result.worst_relative:.2e}, tolerance {result.tolerance:.0e})"
-            )
-            ok = ok and result.invariant
-        budgets = budgets_for_model(config, record.model)
-        for budget in check_served_version(record.instance, record.path, inputs, budgets, runs=10):
-            print(f"{record.model} {record.version}: {budget.describe()}")
-            ok = ok and budget.passed
-    return ok
+    written = write_starter(directory, force=force)
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        "next: servinglib validate && servinglib selftest && servinglib serve --port 8080\n"
+        "then: curl -s -X POST http://127.0.0.1:8080/infer -H 'content-type: application/json' "
+        """-d '{"model_id": "eta", "features": {"distance_km": 2.0}}'"""
+    )
+    return EXIT_OK
+
+
+def _doctor(config_path: Path) -> int:
+    from servinglib.doctor import run_doctor
+
+    findings = run_doctor(config_path)
+    for finding in findings:
+        print(finding.line())
+    to_fix = [f for f in findings if f.status == "fix"]
+    print(f"{len(to_fix)} thing(s) to fix" if to_fix else "nothing to fix")
+    return EXIT_FAILED if to_fix else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from servinglib._importing import import_model_class
+from servinglib._tracebacks import user_frame
 from servinglib.artifacts import NAME_PATTERN, find_pickles, verify_sha256, version_directory
 from servinglib.config import ModelConfig, ServiceConfig
 from servinglib.errors import (
@@ -260,12 +261,15 @@ class ModelRegistry:
             instance = copies[0]
         except Exception as e:
             record.reason = str(e) if isinstance(e, ServinglibError) else f"{type(e).__name__}: {e}"
+            tracebacks = record.report.tracebacks()  # of self-tests whose predict raised
             log.error(
-                "model %r version %r FAILED: %s",
+                "model %r version %r FAILED: %s%s",
                 record.model,
                 record.version,
                 record.reason,
-                exc_info=not isinstance(e, ServinglibError),
+                "\n" + tracebacks if tracebacks else "",
+                # The user's traceback: an unexpected error, or one load() raised.
+                exc_info=not isinstance(e, ServinglibError) or e.__cause__ is not None,
             )
             record.instance = None
             record.copies = []
@@ -339,7 +343,10 @@ class ModelRegistry:
         try:
             instance.load(record.path)
         except Exception as e:
-            raise _LoadFailedError(f"load() raised {type(e).__name__}: {e}") from e
+            where = user_frame(e)
+            raise _LoadFailedError(
+                f"load() raised {type(e).__name__}: {e}" + (f" at {where}" if where else "")
+            ) from e
         finally:
             record.load_s = time.perf_counter() - started
             if self._listener:

@@ -24,6 +24,8 @@ from typing import Any
 
 import jsonschema
 
+from servinglib._schema_errors import explain_schema_error
+from servinglib._tracebacks import format_exception, user_frame
 from servinglib.errors import SelfTestDataError
 from servinglib.jsonbytes import to_plain
 from servinglib.model import Model, SelfTestCase, Tolerance
@@ -48,6 +50,7 @@ class CaseResult:
     name: str
     duration_s: float
     problems: tuple[str, ...] = ()
+    traceback: str = ""  # the full traceback when predict raised
 
     @property
     def passed(self) -> bool:
@@ -71,12 +74,20 @@ class SelfTestReport:
         failed = [c for c in self.cases if not c.passed]
         return "; ".join(f"self-test {c.name!r} failed: {c.problems[0]}" for c in failed)
 
+    def tracebacks(self) -> str:
+        """The full traceback of each case whose predict raised (empty when none did)."""
+        return "\n".join(f"self-test {c.name!r}:\n{c.traceback}" for c in self.cases if c.traceback)
+
 
 @cache
 def _test_data_schema() -> dict[str, Any]:
     text = resources.files("servinglib.schema").joinpath("test_data.schema.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
+
+
+def _unknown_keys_first(error: jsonschema.ValidationError) -> tuple[bool, list[Any]]:
+    return (error.validator != "additionalProperties", list(error.absolute_path))
 
 
 def load_test_data(version_dir: Path) -> list[SelfTestCase]:
@@ -93,11 +104,12 @@ def load_test_data(version_dir: Path) -> list[SelfTestCase]:
     except json.JSONDecodeError as e:
         raise SelfTestDataError(f"not valid JSON: {e}; fix the file", source=str(path)) from e
     validator = jsonschema.Draft202012Validator(_test_data_schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
+    errors = sorted(validator.iter_errors(document), key=_unknown_keys_first)
+    if errors:
+        error = errors[0]  # a misspelt key also makes a required one missing: name the typo
         key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         raise SelfTestDataError(
-            f"{error.message}; see docs/reference/test-data.md for the format",
+            f"{explain_schema_error(error)}; see docs/reference/test-data.md for the format",
             source=str(path),
             key_path=key.lstrip("."),
         )
@@ -139,7 +151,13 @@ def compare_outputs(expected: Any, actual: Any, tolerance: Tolerance, path: str 
     if isinstance(expected, float) and _is_number(actual):
         return _compare_float(expected, float(actual), tolerance, path)
     if type(expected) is not type(actual) or expected != actual:
-        return [f"{path}: expected {_short(expected)}, got {_short(actual)}"]
+        problem = f"{path}: expected {_short(expected)}, got {_short(actual)}"
+        if _is_number(expected) and isinstance(actual, float):
+            problem += (
+                f" (an integer in `expected` matches only an integer; write {float(expected)!r}"
+                " to compare numbers within the tolerance)"
+            )
+        return [problem]
     return []
 
 
@@ -170,11 +188,16 @@ def run_selftests(model: Model, cases: Sequence[SelfTestCase]) -> SelfTestReport
     results = []
     for case in cases:
         started = time.perf_counter()
+        trace = ""
         try:
             actual = model.predict(model.prepare(case.input))
         except Exception as e:  # a raising model is a failed case, reported, not a crash
-            problems: tuple[str, ...] = (f"predict raised {type(e).__name__}: {e}",)
+            where = user_frame(e)
+            problems: tuple[str, ...] = (
+                f"predict raised {type(e).__name__}: {e}" + (f" at {where}" if where else ""),
+            )
+            trace = format_exception(e)
         else:
             problems = tuple(compare_outputs(case.expected, actual, case.tolerance))
-        results.append(CaseResult(case.name, time.perf_counter() - started, problems))
+        results.append(CaseResult(case.name, time.perf_counter() - started, problems, trace))
     return SelfTestReport(tuple(results))

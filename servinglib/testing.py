@@ -21,6 +21,7 @@ Fixtures:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -88,7 +89,23 @@ def servinglib_app(servinglib_config_path: Path) -> Flask:
     """The service's app with every model loaded and self-tested, as a gunicorn worker has it."""
     from servinglib.http.app import create_app_from_config
 
-    return create_app_from_config(servinglib_config_path)
+    app = create_app_from_config(servinglib_config_path)
+    _logs_to_pytest()
+    return app
+
+
+def _logs_to_pytest() -> None:
+    """Hand servinglib's log records to pytest, which shows them with a failing test.
+
+    Written to stderr by the background writer, request-log lines would land after pytest's
+    summary; pytest's log capture keeps them with the test that caused them.
+    """
+    from servinglib.monitoring.logs import flush_logs
+
+    flush_logs()
+    logger = logging.getLogger("servinglib")
+    logger.handlers.clear()
+    logger.propagate = True
 
 
 @pytest.fixture

@@ -70,6 +70,18 @@ class LiveServer:
             time.sleep(0.05)
 
 
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``servinglib ARGS`` as a real process (this checkout's code) and capture it."""
+    return subprocess.run(
+        [sys.executable, "-m", "servinglib.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     with socket.socket() as sock:
@@ -95,6 +107,31 @@ def wait_ready(
     pytest.fail(f"server not ready after {timeout_s}s:\n{log_path.read_text()}")
 
 
+READY_LINE = "ready: "  # the master's line once every worker has loaded its models
+
+
+def wait_all_workers(server: LiveServer, timeout_s: float = 120) -> None:
+    """Wait for the master's ready line: every worker is up, not just the one /readyz hit.
+
+    A test that counts workers, reads their PIDs or needs traffic spread over all of them
+    must not start before this.
+    """
+    deadline = time.monotonic() + timeout_s
+    while READY_LINE not in server.log():
+        if server.process.poll() is not None:
+            pytest.fail(f"server exited with {server.process.returncode}:\n{server.log()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"not every worker ready after {timeout_s}s:\n{server.log()}")
+        time.sleep(0.05)
+
+
+def worker_pids(server: LiveServer) -> set[int]:
+    """PIDs of the server's workers (children of the gunicorn master)."""
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return {int(child) for child in children}
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL if it does not exit within 30 s."""
     if process.poll() is None:
@@ -113,7 +150,8 @@ def launch(
     env: dict[str, str] | None = None,
     command: list[str] | None = None,
 ) -> LiveServer:
-    """Start ``servinglib serve`` (or ``command``) on a free loopback port and wait for /readyz."""
+    """Start ``servinglib serve`` (or ``command``) on a free loopback port; return once
+    /readyz answers 200 and every worker has loaded its models."""
     port = free_port()
     log_path = log_dir / f"server-{port}.log"
     if command is None:
@@ -135,13 +173,14 @@ def launch(
         process = subprocess.Popen(
             command, stdout=log_file, stderr=subprocess.STDOUT, env=full_env, cwd=log_dir
         )
-    url = f"http://127.0.0.1:{port}"
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_ready(url, process, log_path)
+        wait_ready(server.url, process, log_path)
+        wait_all_workers(server)
     except BaseException:
         stop(process)
         raise
-    return LiveServer(url, process, log_path)
+    return server
 
 
 @pytest.fixture

@@ -91,6 +91,11 @@ def add_model(repo: Path, model: ModelSpec) -> ModelAdded:
     from servinglib.errors import ConfigError
 
     repo = repo.resolve()
+    if not (repo / CONFIG).is_file():
+        raise RepositoryError(
+            f"{repo} has no {CONFIG}: run add-model inside a repository made by "
+            "servinglib-generate, or pass --repo PATH to point at one"
+        )
     try:
         config = load_config(repo / CONFIG, environ={})
     except ConfigError as e:

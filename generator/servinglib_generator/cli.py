@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version as package_version
 from pathlib import Path
 
 from servinglib_generator.errors import GeneratorError, SpecError
@@ -49,7 +50,7 @@ def _new_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="render over an existing repository directory (your other files are kept)",
     )
-    _add_common(parser)
+    _add_common(parser, "team=eta")
     return parser
 
 
@@ -63,17 +64,22 @@ def _add_model_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repo", type=Path, default=Path(), help="the generated repository (default: .)"
     )
-    _add_common(parser)
+    _add_common(parser, "model=fraud runtime=torch")
     return parser
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+def _add_common(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"servinglib-generate {package_version('servinglib')}",
+    )
     parser.add_argument(
         "--no-input",
         action="store_true",
         help="ask nothing: missing keys take their defaults (required ones are an error)",
     )
-    parser.add_argument("answers", nargs="*", metavar="KEY=VALUE", help="answers, e.g. team=eta")
+    parser.add_argument("answers", nargs="*", metavar="KEY=VALUE", help=f"answers, e.g. {example}")
 
 
 def _parse_answers(pairs: Sequence[str]) -> dict[str, str]:
@@ -82,7 +88,7 @@ def _parse_answers(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            bad.append(f"{pair!r}: expected KEY=VALUE, e.g. team=eta")
+            bad.append(f"{pair!r}: expected KEY=VALUE, e.g. model=eta")
         elif key in answers:
             bad.append(f"{key}: given twice; keep one")
         else:
@@ -109,8 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         if args_list[:1] == ["add-model"]:
-            return _add_model(_add_model_parser().parse_args(args_list[1:]))
-        return _generate(_new_parser().parse_args(args_list))
+            args = _add_model_parser().parse_args(args_list[1:])
+            _require_cookiecutter()
+            return _add_model(args)
+        args = _new_parser().parse_args(args_list)
+        _require_cookiecutter()
+        return _generate(args)
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -120,6 +130,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\naborted; nothing was written", file=sys.stderr)
         return EXIT_FAILED
+
+
+def _require_cookiecutter() -> None:
+    """Fail before asking any question when the generator extra is not installed."""
+    try:
+        import cookiecutter  # type: ignore[import-untyped]  # noqa: F401
+    except ImportError as e:
+        raise GeneratorError(
+            "servinglib-generate needs cookiecutter, which this environment lacks "
+            f"({sys.executable}); install servinglib's generator extra: pip install "
+            "'servinglib[generator]' (or just pip install 'cookiecutter>=2.5')"
+        ) from e
 
 
 def _generate(args: argparse.Namespace) -> int:

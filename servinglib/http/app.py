@@ -126,7 +126,7 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
     fork-safe, so models must never be loaded in the master.
     """
     config: ServiceConfig = load_config(path)
-    configure_logging(config.server.log_level)
+    configure_logging(config.server.log_level, config.server.log_format)
     metrics = ServingMetrics(score_buckets=config.score_buckets)
     registry = ModelRegistry(config, listener=metrics)
     registry.load_all()

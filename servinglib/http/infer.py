@@ -335,7 +335,7 @@ def _encode(model: str, version: str, output: Any, request_id: str) -> bytes:
 
 
 def _error_body(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()
+    return json.dumps({"error": message}, separators=(",", ":")).encode()  # as jsonify
 
 
 def _header_key(service: InferenceService, model: str) -> str:

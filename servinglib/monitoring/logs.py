@@ -1,4 +1,8 @@
-"""Structured JSON logs: one object per line, request logs carrying the request id."""
+"""Logs: JSON lines for machines, or one readable line per record for people.
+
+``server.log_format`` picks: ``json`` (one object per line, request logs carrying the
+request id), ``text``, or ``auto`` (text when stderr is a terminal, else JSON).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["JsonFormatter", "configure_logging", "flush_logs"]
+__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "flush_logs"]
 
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -37,6 +41,23 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """``12:00:01 info  registry  model 'eta' version '1' READY  key=value ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render ``record`` as one line (and the traceback, when there is one)."""
+        clock = time.strftime("%H:%M:%S", time.localtime(record.created))
+        logger = record.name.removeprefix("servinglib.")
+        line = f"{clock} {record.levelname.lower():<7} {logger:<10} {record.getMessage()}"
+        extra = sorted(vars(record).keys() - _STANDARD_ATTRS)
+        fields = [f"{key}={getattr(record, key)}" for key in extra if not key.startswith("_")]
+        if fields:
+            line += "  " + " ".join(fields)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 MAX_QUEUED_LINES = 100_000  # beyond this backlog, new lines are dropped and counted
@@ -143,15 +164,18 @@ def flush_logs(timeout_s: float = 5.0) -> None:
     _WRITER.flush(timeout_s)
 
 
-def configure_logging(level: str = "info") -> None:
-    """Send every servinglib log to stderr as JSON lines at ``level``.
+def configure_logging(level: str = "info", log_format: str = "json") -> None:
+    """Send every servinglib log to stderr at ``level``, as JSON lines or readable text.
 
+    ``log_format`` is ``json``, ``text`` or ``auto`` (text when stderr is a terminal).
     Lines are written by a background thread (see :class:`_LineWriter`), so a request never
     waits for its access-log line to reach the disk or the pipe.
     """
+    if log_format == "auto":
+        log_format = "text" if sys.stderr.isatty() else "json"
     stream = logging.StreamHandler(sys.stderr)
     handler = _QueueingHandler(stream)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if log_format == "text" else JsonFormatter())
     root = logging.getLogger("servinglib")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

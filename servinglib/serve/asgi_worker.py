@@ -50,6 +50,7 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         balance = AsyncioWorker.balance
         assert balance is not None
         balance.join()  # only now: a worker still loading its models must not attract clients
+        self.servinglib_app = app  # for the post_worker_init hook (the ready report)
         self.wsgi = AsgiFrontEnd(app, threads=self.cfg.threads, close_when=balance.crowded)
 
     async def _serve(self) -> None:

@@ -10,6 +10,7 @@ until the app has loaded.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import tempfile
@@ -90,7 +91,13 @@ def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
 
 
 def when_ready(server: Any) -> None:
-    """Master ready: start the admin listener on 127.0.0.1 when it is enabled."""
+    """Master ready (listening, no worker yet): watch for the ready line; start the admin API."""
+    from servinglib.serve.ready import NOTE_ENV, watch_workers
+
+    url = str(server.LISTENERS[0]) if server.LISTENERS else "?"
+    watch_workers(
+        url, server.num_workers, lambda: _worker_pids(server), os.environ.get(NOTE_ENV, "")
+    )
     directory = os.environ.get(ROLLOUT_ENV)
     if not directory:
         return
@@ -98,7 +105,8 @@ def when_ready(server: Any) -> None:
     from servinglib.serve.admin import AdminServer
 
     config = load_config(os.environ["SERVINGLIB_CONFIG"])
-    configure_logging(config.server.log_level)  # admin actions are logged by the master
+    # Admin actions are logged by the master.
+    configure_logging(config.server.log_level, config.server.log_format)
     admin = AdminServer(
         config,
         Path(directory),
@@ -146,9 +154,29 @@ def post_fork(server: Any, worker: Any) -> None:
     threading.Thread(target=heartbeat, name="servinglib-boot-heartbeat", daemon=True).start()
 
 
+class _ClosedListenerFilter(logging.Filter):
+    """Drop gunicorn's "Error while closing socket [Errno 9]" from a stopping worker.
+
+    The event loop owns the listening socket's descriptor and closes it when it stops
+    serving; gunicorn then closes its own wrapper of the same descriptor and logs the
+    harmless EBADF at INFO on every shutdown.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage().startswith("Error while closing socket")
+            and "Bad file descriptor" in record.getMessage()
+        )
+
+
 def post_worker_init(worker: Any) -> None:
-    """Worker has loaded the app (and every model): stop the boot heartbeat."""
+    """Worker has loaded the app (and every model): stop the boot heartbeat, report ready."""
     _booted.set()
+    logging.getLogger("gunicorn.error").addFilter(_ClosedListenerFilter())
+    from servinglib.serve.ready import report_worker_ready
+
+    # The asyncio worker wraps the app in its event-loop front end and keeps the app aside.
+    report_worker_ready(getattr(worker, "servinglib_app", None) or getattr(worker, "wsgi", None))
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -10,7 +10,10 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 
 from servinglib.config import ServiceConfig, load_config
+from servinglib.errors import ServinglibError
 from servinglib.serve.hooks import prepare_metrics_dir, prepare_rollout_dir
+from servinglib.serve.ports import port_is_free
+from servinglib.serve.ready import NOTE_ENV
 from servinglib.serve.settings import WSGI_APP, gunicorn_settings
 
 __all__ = ["serve"]
@@ -41,8 +44,16 @@ def serve(
     workers: int | None = None,
     threads: int | None = None,
     worker: str | None = None,
+    ready_note: str = "",
 ) -> None:
     """Serve every model of ``config_path`` with gunicorn until interrupted.
+
+    Prints one ``ready:`` line, then ``ready_note`` (``{url}`` replaced), once every worker
+    has loaded its models.
+
+    Raises:
+        ConfigError: the config is invalid.
+        ServinglibError: another process holds the port.
 
     Example::
 
@@ -59,9 +70,14 @@ def serve(
     environ = {**os.environ, **{k: str(v) for k, v in flags.items() if v is not None}}
     config: ServiceConfig = load_config(config_path, environ)  # fail fast, with a clear message
     server = config.server
+    if not port_is_free(server.host, server.port):
+        raise ServinglibError(
+            f"port {server.port} is taken by another process; pass --port N or set SERVINGLIB_PORT"
+        )
     prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
     prepare_rollout_dir(config)
     # Workers read the config again: hand them the same overrides.
     os.environ.update({k: v for k, v in environ.items() if k.startswith("SERVINGLIB_")})
     os.environ["SERVINGLIB_CONFIG"] = str(config.source)
+    os.environ[NOTE_ENV] = ready_note
     _GunicornApp(gunicorn_settings(server)).run()

@@ -137,8 +137,34 @@ def test_add_model_needs_a_generated_repository(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["add-model", "--repo", str(tmp_path), "--no-input", "model=fraud"]) == 1
-    assert "is not a servinglib repository add-model can update" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{tmp_path} has no servinglib.yaml: run add-model inside a repository" in err
+    assert "pass --repo PATH" in err
+    assert "--config" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_without_cookiecutter_the_command_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "cookiecutter", None)  # import fails as if not installed
+    assert main(["add-model", "--repo", str(tmp_path), "--no-input", "model=fraud"]) == 1
+    err = capsys.readouterr().err
+    assert "needs cookiecutter" in err
+    assert "pip install 'servinglib[generator]'" in err
+    assert "Traceback" not in err
+
+
+def test_version_and_add_model_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as version:
+        main(["--version"])
+    assert version.value.code == 0
+    assert capsys.readouterr().out.startswith("servinglib-generate ")
+    with pytest.raises(SystemExit):
+        main(["add-model", "--help"])
+    help_text = capsys.readouterr().out
+    assert "e.g. model=fraud runtime=torch" in help_text
+    assert "team=eta" not in help_text
 
 
 @pytest.mark.parametrize(

@@ -59,3 +59,36 @@ def test_assert_close_compares_like_a_self_test() -> None:
     with pytest.raises(AssertionError, match=r"\$\.y\[0\]\[0\]: expected 2\.0, got 2\.5"):
         assert_close({"y": [[2.5]]}, {"y": [[2.0]]})
     assert_close({"y": [2.5]}, {"y": [2.0]}, atol=0.5)
+
+
+def test_request_logs_stay_with_pytest_not_after_its_summary(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from servinglib.starter import write_starter
+
+    write_starter(tmp_path)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["servinglib.testing"]\n')
+    # The request log goes through pytest's log capture (kept with the test, shown when it
+    # fails), not through servinglib's background writer, whose late lines pytest would print
+    # after its summary.
+    (tmp_path / "test_eta.py").write_text(
+        "import logging\n\n"
+        "from servinglib.testing import infer\n\n\n"
+        "def test_eta(servinglib_client, caplog):\n"
+        '    assert infer(servinglib_client, "eta", {"distance_km": 2.0}) == {"eta_s": 312.0}\n'
+        '    assert "POST /infer 200" in [r.getMessage() for r in caplog.records]\n'
+        '    handlers = logging.getLogger("servinglib").handlers\n'
+        '    assert "_QueueingHandler" not in [type(h).__name__ for h in handlers]\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.rstrip().splitlines()[-1].startswith("1 passed")
+    assert "servinglib.access" not in result.stdout + result.stderr

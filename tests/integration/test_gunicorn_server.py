@@ -67,7 +67,12 @@ def test_two_versions_answer_and_failed_versions_never_do(fixture_server: LiveSe
     models = requests.get(f"{url}/models", timeout=5).json()["models"]
     scorer = {v["version"]: v for v in models[0]["versions"]}
     assert scorer["3"]["state"] == "FAILED"
-    assert scorer["3"]["reason"] == "load() raised RuntimeError: weights are corrupt (on purpose)"
+    assert scorer["3"]["reason"].startswith(
+        "load() raised RuntimeError: weights are corrupt (on purpose) at "
+    )
+    assert scorer["3"]["reason"].endswith(
+        'scorer/model.py:18: raise RuntimeError("weights are corrupt (on purpose)")'
+    )
     assert scorer["4"]["state"] == "FAILED"
     assert scorer["4"]["reason"].startswith(
         "self-test 'wrong expectation' failed: $.score: expected 11.0"

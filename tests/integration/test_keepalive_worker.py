@@ -85,7 +85,9 @@ def test_busy_connections_never_starve_a_new_one(
     for thread in hammers:
         thread.start()
     try:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while min(counts) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert min(counts) > 0, "both hammering connections are served"
         started = time.monotonic()
         newcomer = _connection(server.url)
@@ -96,5 +98,6 @@ def test_busy_connections_never_starve_a_new_one(
         stop.set()
         for thread in hammers:
             thread.join(30)
-    # Without the connections <= threads rule the newcomer would wait for a hammer to stop.
-    assert waited < 2.0, f"a new connection waited {waited:.2f} s for a thread"
+    # Without the connections <= threads rule the newcomer would wait for a hammer to stop
+    # (its 30 s timeout); a loaded machine answers well within 10 s.
+    assert waited < 10.0, f"a new connection waited {waited:.2f} s for a thread"

@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "servinglib.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
+from tests.conftest import run_cli as run
 
 
 @pytest.fixture
@@ -145,3 +134,15 @@ def test_selftest_enforces_optimize_budgets(passing_config: Path) -> None:
         )
     )
     assert run("selftest", "--config", str(passing_config)).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["init", "doctor", "serve", "validate", "selftest", "admin"])
+def test_every_command_help_has_a_description_exit_codes_and_the_docs(command: str) -> None:
+    result = run(command, "--help")
+    assert result.returncode == 0
+    usage, description = result.stdout.split("\n\n", 2)[:2]
+    assert usage.startswith(f"usage: servinglib {command}")
+    assert len(description.split()) > 8, description  # a real description, not the usage again
+    assert "\nexit codes: 0 " in result.stdout
+    assert "SERVINGLIB_CONFIG" in result.stdout
+    assert "docs: https://" in result.stdout

@@ -37,3 +37,57 @@ def test_log_lines_from_many_threads_are_all_written_in_order_per_thread(
     assert len(entries) == 2000
     for t in range(8):
         assert [e["i"] for e in entries if e["emitter"] == t] == list(range(250))
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.buffer = io.StringIO()
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return self.buffer.write(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("log_format", ["text", "auto"])
+def test_text_format_is_one_readable_line_and_the_default_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, log_format: str
+) -> None:
+    from servinglib.monitoring.logs import configure_logging, flush_logs
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    configure_logging("info", log_format)
+    log = logging.getLogger("servinglib.registry")
+    log.info("model %r version %r READY", "eta", "1", extra={"model": "eta"})
+    try:
+        raise KeyError("base_s")
+    except KeyError:
+        log.exception("load failed")
+    flush_logs()
+    lines = terminal.buffer.getvalue().splitlines()
+    assert lines[0].endswith(" info    registry   model 'eta' version '1' READY  model=eta")
+    assert lines[1].endswith(" error   registry   load failed")
+    assert lines[2] == "Traceback (most recent call last):"
+    assert lines[-1] == "KeyError: 'base_s'"
+
+
+def test_auto_is_json_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from servinglib.monitoring.logs import configure_logging, flush_logs
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    configure_logging("info", "auto")
+    logging.getLogger("servinglib.test").info("hello")
+    flush_logs()
+    assert json.loads(stream.getvalue())["message"] == "hello"

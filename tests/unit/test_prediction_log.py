@@ -83,9 +83,11 @@ class BlockingSink:
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.entered = threading.Event()  # the writer is inside write()
         self.rows: list[tuple[Any, ...]] = []
 
     def write(self, batch: Sequence[tuple[Any, ...]]) -> None:
+        self.entered.set()
         self.release.wait(30)
         self.rows.extend(batch)
 
@@ -102,10 +104,11 @@ def test_full_buffer_drops_and_counts_without_blocking() -> None:
         on_dropped=dropped.append,
     )
     logger.record(record(0))
-    time.sleep(0.1)  # the writer takes record 0 and blocks in the sink
+    assert sink.entered.wait(30)  # the writer took record 0 and blocks in the sink
     started = time.perf_counter()
     accepted = sum(logger.record(record(i)) for i in range(1, 21))
-    assert time.perf_counter() - started < 0.05
+    # Blocking would mean waiting for the release (30 s); dropping takes microseconds.
+    assert time.perf_counter() - started < 5
     assert accepted == 5
     assert sum(dropped) == 15
     sink.release.set()

@@ -59,6 +59,12 @@ def test_mismatches_name_the_path(expected: Any, actual: Any, problem: str) -> N
     assert problems[0].startswith(problem)
 
 
+def test_an_integer_expectation_against_a_float_says_why() -> None:
+    (problem,) = compare_outputs({"eta_s": 312}, {"eta_s": 312.0}, TOL)
+    assert problem.startswith("$.eta_s: expected 312, got 312.0 (")
+    assert "write 312.0" in problem
+
+
 def test_relative_tolerance() -> None:
     tol = Tolerance(atol=0.0, rtol=0.01)
     assert compare_outputs(1000.0, 1009.0, tol) == []
@@ -91,6 +97,10 @@ def test_no_file_means_no_cases(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ('{"cases": [{"input": 1}]}', "'expected' is a required property"),
+        (
+            '{"cases": [{"input": 1, "expect": 1}]}',
+            r"unknown key 'expect' \(did you mean 'expected'\?\)",
+        ),
         ('{"cases": [{"input": 1, "expected": 1, "tolerance": {"atol": -1}}]}', "minimum"),
     ],
 )
@@ -121,4 +131,9 @@ def test_run_selftests_reports_each_case() -> None:
     assert [c.passed for c in report.cases] == [True, False, False]
     assert not report.passed
     assert "predict raised RuntimeError: kaput" in report.cases[2].problems[0]
+    # The user's frame, file:line and source, in the one-line problem; all of it on the side.
+    assert "test_selftest.py:" in report.cases[2].problems[0]
+    assert 'raise RuntimeError("kaput")' in report.cases[2].problems[0]
+    assert report.cases[2].traceback.startswith("Traceback (most recent call last)")
+    assert "RuntimeError: kaput" in report.tracebacks()
     assert "self-test 'wrong' failed: $.y: expected 5, got 4" in report.failure_summary()

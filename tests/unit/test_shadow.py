@@ -127,7 +127,8 @@ def test_errors_timeouts_and_drops_are_counted_not_raised(tmp_path: Path) -> Non
     started = time.perf_counter()
     for x in range(1, 11):
         router.submit("scorer", "1", {"x": x}, {"score": 2.0 * x}, f"r{x}")
-    assert time.perf_counter() - started < 0.05, "submit must never wait for shadows"
+    # Waiting for version 3 alone would take 10 x 20 ms; queueing takes microseconds.
+    assert time.perf_counter() - started < 0.15, "submit must never wait for shadows"
     router.close()
     assert recorder.dropped > 0
     assert len(recorder.finished) + recorder.dropped == 20

@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
+    from servinglib.monitoring.drift.commands import add_parsers as add_drift_parsers
+
+    add_drift_parsers(commands, _default_config())
     return parser
 
 
@@ -108,6 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from servinglib.optimize.cli import run as run_optimize
 
             return run_optimize(args)
+        if args.command in ("profile", "drift"):
+            from servinglib.monitoring.drift import commands as drift_commands
+
+            return (
+                drift_commands.run_profile
+                if args.command == "profile"
+                else drift_commands.run_drift
+            )(args)
         return _selftest(args.config, args.junit)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)

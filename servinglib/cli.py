@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
-    from servinglib.monitoring.drift.commands import add_parsers as add_drift_parsers
+    from servinglib.monitoring.drift_commands import add_parsers as add_drift_parsers
 
     add_drift_parsers(commands, _default_config())
     return parser
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_optimize(args)
         if args.command in ("profile", "drift"):
-            from servinglib.monitoring.drift import commands as drift_commands
+            from servinglib.monitoring import drift_commands
 
             return (
                 drift_commands.run_profile

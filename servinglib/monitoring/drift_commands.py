@@ -1,4 +1,5 @@
-"""``servinglib profile`` and ``servinglib drift report``: parse, call the library, print."""
+"""``servinglib profile`` and ``servinglib drift report`` (outside the drift package, so
+building the CLI parser imports no prometheus_client before the launcher configures it)."""
 
 from __future__ import annotations
 

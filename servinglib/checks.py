@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from servinglib._importing import import_model_class
 from servinglib.config import ServiceConfig, load_config
@@ -50,6 +51,7 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
             if not path.is_dir():
                 problems.append(f"{where}.versions: {version!r} has no directory {path}")
                 continue
+            problems += _profile_problems(path)
             try:
                 cases = load_test_data(path)
             except ServinglibError as e:
@@ -63,6 +65,20 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
                     "cases or set require_self_tests: false"
                 )
     return config, problems
+
+
+def _profile_problems(version_dir: Path) -> list[str]:
+    """A version's drift profile, when it has one, must load (it is versioned with the model)."""
+    from servinglib.monitoring.drift.profile import Profile, default_profile_path
+
+    path = default_profile_path(version_dir)
+    if not path.is_file():
+        return []
+    try:
+        Profile.load(path)
+    except ServinglibError as e:
+        return [str(e)]
+    return []
 
 
 def run_all_selftests(config: ServiceConfig) -> list[VersionRecord]:

@@ -259,7 +259,7 @@ def _profile_field(
     if kind == "string":
         distinct = Counter(usable)
         covered = sum(n for _, n in distinct.most_common(top_k)) / len(usable)
-        if covered >= 0.9:
+        if covered >= 0.9 or len(distinct) <= len(usable) / 10:  # values repeat: categories
             return _categorical(name, role, "categorical", usable, null_share, top_k)
         return _numeric(name, role, "text", [float(len(v)) for v in usable], null_share, bins)
     if kind == "array":

@@ -46,7 +46,8 @@ def test_each_value_shape_gets_its_kind_and_bins() -> None:
         "label": "categorical",
     }
     amount = fields[("feature", "amount")]
-    assert amount.bins == 10 and len(amount.edges) == 9
+    assert amount.bins == 10
+    assert len(amount.edges) == 9
     assert amount.null_share == pytest.approx(0.1)
     assert amount.reference == pytest.approx([0.1] * 10, abs=0.01)
     assert sorted(fields[("feature", "country")].categories) == ["de", "fr", "it"]

@@ -26,7 +26,9 @@ def test_js_distance_is_bounded_and_grows_with_the_shift() -> None:
     small = js_distance([0.5, 0.5], [550, 450])
     large = js_distance([0.5, 0.5], [990, 10])
     disjoint = js_distance([1.0, 0.0], [0, 1000])
-    assert small is not None and large is not None and disjoint is not None
+    assert small is not None
+    assert large is not None
+    assert disjoint is not None
     assert 0 < small < large < disjoint <= 1
 
 
@@ -37,4 +39,6 @@ def test_no_live_data_gives_no_score() -> None:
 
 def test_an_empty_reference_bin_gives_a_large_finite_score() -> None:
     score = psi([1.0, 0.0], [500, 500])
-    assert score is not None and math.isfinite(score) and score > 2
+    assert score is not None
+    assert math.isfinite(score)
+    assert score > 2

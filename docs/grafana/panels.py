@@ -564,6 +564,20 @@ def sections() -> tuple[Section, ...]:
                     field_config=_DRIFT_THRESHOLDS,
                 ),
                 Panel(
+                    "Outputs in the drift window",
+                    "Answers of the drift window per output and bin, on each output's own bins "
+                    "from the reference profile (deciles of the reference for numbers).",
+                    (),
+                    (
+                        Query(
+                            f"sum by (model, version, output, bin) "
+                            f"({DRIFT_GAUGES[3][0]}{{{MODEL_SELECTOR}}})",
+                            "{{model}} v{{version}} {{output}} ≤ {{bin}}",
+                        ),
+                    ),
+                    width=8,
+                ),
+                Panel(
                     "Data-quality problems",
                     "Missing values, values outside the reference range, unseen categories and "
                     "wrong types per second, by field and issue.",

@@ -115,6 +115,13 @@ def test_drift_endpoint_and_offline_report(service: Path, tmp_path: Path, capsys
     assert client.get("/v2/models/risk/versions/7/drift").status_code == 404
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'servinglib_drift_psi{field="b",model="risk",role="feature",version="1"}' in metrics
+    segments = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("servinglib_output_window_count{") and 'output="segment"' in line
+    ]
+    assert sum(float(line.split()[-1]) for line in segments) == 600
+    assert any('bin="_other"' in line for line in segments)
     app.extensions["servinglib.shutdown"]()  # flush the prediction log
 
     out = tmp_path / "report"

@@ -41,6 +41,11 @@ DRIFT_GAUGES = (
         "servinglib_drift_window_requests",
         "Requests of a version counted in the drift window, summed over every worker.",
     ),
+    (
+        "servinglib_output_window_count",
+        "Answers in the drift window per output and bin, on the output's own bins from the "
+        "reference profile (label bin: the bin's upper edge, +Inf, or the category).",
+    ),
 )
 
 
@@ -136,10 +141,13 @@ class DriftMonitor(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Prometheus gauges: PSI and JS distance per field, requests in the window."""
         labels = ["model", "version", "field", "role"]
-        (psi_name, psi_doc), (js_name, js_doc), (req_name, req_doc) = DRIFT_GAUGES
+        (psi_name, psi_doc), (js_name, js_doc), (req_name, req_doc), (out_name, out_doc) = (
+            DRIFT_GAUGES
+        )
         psi = GaugeMetricFamily(psi_name, psi_doc, labels=labels)
         js = GaugeMetricFamily(js_name, js_doc, labels=labels)
         requests = GaugeMetricFamily(req_name, req_doc, labels=["model", "version"])
+        outputs = GaugeMetricFamily(out_name, out_doc, labels=["model", "version", "output", "bin"])
         for model in self._versions.model_names():
             for record in self._versions.records(model):
                 report = self.report(model, record.version)
@@ -151,4 +159,13 @@ class DriftMonitor(Collector):
                     if field["psi"] is not None:
                         psi.add_metric(values, field["psi"])
                         js.add_metric(values, field["js_distance"])
-        yield from (psi, js, requests)
+                    if field["role"] == "output":
+                        bins = field["bins"]
+                        names = (
+                            bins["categories"] + ["_other"]
+                            if bins["categories"]
+                            else [f"{edge:.6g}" for edge in bins["edges"]] + ["+Inf"]
+                        )
+                        for name, count in zip(names, bins["live"], strict=True):
+                            outputs.add_metric([model, record.version, field["name"], name], count)
+        yield from (psi, js, requests, outputs)

@@ -144,3 +144,23 @@ def test_odd_values_never_raise(value: Any) -> None:
     monitor = VersionMonitor("m", "1", profile(), None, clock=Clock())
     monitor.observe({"x": value, "city": value}, value)
     assert monitor.report()["requests"] == 1
+
+
+def test_fast_paths_agree_with_the_general_one() -> None:
+    vectors = build_profile(
+        [({"v": [float(i % 7), 1.0, 2.0]}, None) for i in range(500)], WindowSpec(60, 6)
+    )
+    monitor = VersionMonitor("m", "1", vectors, None, clock=Clock())
+    monitor.observe({"v": [3.0, 1.0, 2.0]}, None)  # list: the fast path
+    monitor.observe({"v": np.array([3.0, 1.0, 2.0])}, None)  # array: the general path
+    monitor.observe({"v": [3.0, "x", 2.0]}, None)
+    (field,) = monitor.report()["fields"]
+    assert field["kind"] == "norm"
+    assert sorted(field["bins"]["live"], reverse=True)[:2] == [2, 0]
+    assert field["quality"]["wrong_type"] == 1
+    numbers = VersionMonitor("m", "2", profile(), None, clock=Clock())
+    for x in (float("nan"), float("inf"), True, 0.5, 1):
+        numbers.observe({"x": x, "city": "paris"}, None)
+    quality = fields(numbers.report())["x"]["quality"]
+    assert (quality["missing"], quality["wrong_type"]) == (2, 1)
+    assert fields(numbers.report())["x"]["samples"] == 2

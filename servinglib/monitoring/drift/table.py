@@ -57,17 +57,20 @@ class CountsTable:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._table = np.memmap(path, dtype=_DTYPE, mode="w+", shape=shape)
             self._table[:, 0] = -1
+        self._slots, self._width = shape
+        self._cells = self._table.data.cast("B").cast("q")
 
     def increment(self, columns: Sequence[int]) -> None:
-        """Add one to each of ``columns`` (distinct, 1-based past the slot column) now."""
+        """Add one to each of ``columns`` (1-based past the slot column) now."""
         slot = int(self._clock() // self._slot_seconds)
-        table = self._table
+        cells = self._cells  # flat int64 view: item increments cost tens of nanoseconds
+        start = (slot % self._slots) * self._width
         with self._lock:
-            row = table[slot % table.shape[0]]
-            if row[0] != slot:
-                row[1:] = 0
-                row[0] = slot
-            row[list(columns)] += 1
+            if cells[start] != slot:
+                self._table[slot % self._slots, 1:] = 0
+                cells[start] = slot
+            for column in columns:
+                cells[start + column] += 1
 
     def snapshot(self) -> np.ndarray:
         """A copy of the table (this process)."""

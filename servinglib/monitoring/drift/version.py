@@ -113,6 +113,28 @@ class VersionMonitor:
         self._table.increment(columns)
 
     def _locate(self, binner: _Binner, value: Any, columns: list[int]) -> None:
+        kind = binner.profile.kind
+        # Fast paths for the common shapes (a float for a numeric field, a string for a
+        # categorical one, a list of floats for a vector); anything else takes reduce_value.
+        cls = type(value)
+        if kind == "numeric" and (cls is float or cls is int):
+            if not math.isfinite(value):  # NaN and infinities count as missing
+                self._issue(binner, 0, columns)
+                return
+            self._bin_number(binner, value, columns)
+            return
+        if kind == "categorical" and cls is str:
+            self._bin_category(binner, value, columns)
+            return
+        if kind == "norm" and cls is list:
+            try:
+                self._bin_number(binner, math.hypot(*value), columns)
+            except TypeError:  # not all numbers
+                self._issue(binner, 3, columns)
+            return
+        self._locate_slowly(binner, value, columns)
+
+    def _locate_slowly(self, binner: _Binner, value: Any, columns: list[int]) -> None:
         field = binner.profile
         kind, reduced = reduce_value(value)
         if kind == "null":
@@ -126,15 +148,21 @@ class VersionMonitor:
         elif field.kind == "text":
             reduced = float(len(reduced))
         if field.is_categorical:
-            index = binner.categories.get(reduced)
-            if index is None:
-                index = len(binner.categories)
-                self._issue(binner, 2, columns)
-            columns.append(binner.offset + index)
-            return
-        if reduced < binner.low or reduced > binner.high:
+            self._bin_category(binner, reduced, columns)
+        else:
+            self._bin_number(binner, reduced, columns)
+
+    def _bin_number(self, binner: _Binner, number: float, columns: list[int]) -> None:
+        if number < binner.low or number > binner.high:
             self._issue(binner, 1, columns)
-        columns.append(binner.offset + bisect.bisect_right(binner.edges, reduced))
+        columns.append(binner.offset + bisect.bisect_right(binner.edges, number))
+
+    def _bin_category(self, binner: _Binner, category: str, columns: list[int]) -> None:
+        index = binner.categories.get(category)
+        if index is None:
+            index = len(binner.categories)
+            self._issue(binner, 2, columns)
+        columns.append(binner.offset + index)
 
     def _issue(self, binner: _Binner, issue: int, columns: list[int]) -> None:
         columns.append(binner.quality + issue)

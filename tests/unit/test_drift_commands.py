@@ -139,3 +139,10 @@ def test_drift_endpoint_and_offline_report(service: Path, tmp_path: Path, capsys
     assert {f["name"]: f["psi"] for f in offline["fields"]} == {
         f["name"]: f["psi"] for f in report["fields"]
     }
+
+    assert main(["profile", *common, "--version", "1", "--from-log", "1h", "--no-outputs"]) == 0
+    relogged = profile_of(service, "1")
+    assert relogged["source"] == "prediction log, last 3600 s"
+    b = next(f for f in relogged["fields"] if f["name"] == "b")
+    assert b["count"] == 600
+    assert b["mean"] == pytest.approx(7, abs=0.3)  # the shifted traffic is the new reference

@@ -112,13 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_optimize(args)
         if args.command in ("profile", "drift"):
-            from servinglib.monitoring import drift_commands
+            from servinglib.monitoring.drift_commands import run
 
-            return (
-                drift_commands.run_profile
-                if args.command == "profile"
-                else drift_commands.run_drift
-            )(args)
+            return run(args)
         return _selftest(args.config, args.junit)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers", "run_drift", "run_profile"]
+__all__ = ["add_parsers", "run", "run_drift", "run_profile"]
 
 
 def add_parsers(commands: Any, default_config: str) -> None:
@@ -37,6 +37,11 @@ def add_parsers(commands: Any, default_config: str) -> None:
     drift.add_argument("--version", help="default: the model's default version")
     drift.add_argument("--since", default="24h", help="period, e.g. 30m, 24h (default: 24h)")
     drift.add_argument("--out", type=Path, default=Path("drift-report"), help="output folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``servinglib profile`` or ``servinglib drift``; returns the exit code."""
+    return run_profile(args) if args.command == "profile" else run_drift(args)
 
 
 def run_profile(args: argparse.Namespace) -> int:

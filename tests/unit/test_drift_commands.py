@@ -146,3 +146,30 @@ def test_drift_endpoint_and_offline_report(service: Path, tmp_path: Path, capsys
     b = next(f for f in relogged["fields"] if f["name"] == "b")
     assert b["count"] == 600
     assert b["mean"] == pytest.approx(7, abs=0.3)  # the shifted traffic is the new reference
+
+
+def test_open_inference_requests_are_monitored_too(service: Path, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "train.jsonl", rows(2000))
+    argv = ["--config", str(service), "--model", "risk", "--version", "1", "--data", str(data)]
+    assert main(["profile", *argv]) == 0
+    client = create_app_from_config(service).test_client()
+    for row in rows(200, seed=5):
+        inputs = [
+            {"name": name, "shape": [1], "datatype": "FP64", "data": [row[name]]}
+            for name in ("a", "b", "c")
+        ]
+        inputs.append({"name": "city", "shape": [1], "datatype": "BYTES", "data": ["paris"]})
+        response = client.post("/v2/models/risk/versions/1/infer", json={"inputs": inputs})
+        assert response.status_code == 200, response.json
+    report = client.get("/v2/models/risk/versions/1/drift").get_json()
+    by_name = {f["name"]: f for f in report["fields"]}
+    assert report["requests"] == 200
+    assert by_name["a"]["samples"] == 200
+    assert by_name["a"]["psi"] < 0.1
+    assert (
+        by_name["city"]["bins"]["live"][by_name["city"]["bins"]["categories"].index("paris")] == 200
+    )
+    for field in report["fields"]:  # tensors are read as their values, not as wrong types
+        quality = field["quality"]
+        assert (quality["missing"], quality["wrong_type"], quality["unseen_category"]) == (0, 0, 0)
+    assert by_name["score"]["samples"] == 200

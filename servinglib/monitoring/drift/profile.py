@@ -193,8 +193,11 @@ def reduce_value(value: Any) -> tuple[str, Any]:
         return ("numeric", number) if math.isfinite(number) else ("null", None)
     if isinstance(value, str):
         return "string", value
-    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
-        return reduce_value(value.reshape(-1)[0].item())
+    if isinstance(value, bytes):  # a BYTES tensor element (Open Inference)
+        return "string", value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.size == 1:  # a one-element tensor: its value
+        element = value.reshape(-1)[0]
+        return reduce_value(element.item() if isinstance(element, np.generic) else element)
     if isinstance(value, np.ndarray) and value.dtype.kind in "iufb":
         return "array", value.astype(np.float64, copy=False).reshape(-1)
     if isinstance(value, list) and all(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.config import ENV_PREFIX, config_schema
+from servinglib.monitoring.drift import DRIFT_GAUGES
 from servinglib.monitoring.metrics import METRIC_SPECS, MetricSpec, ServingMetrics
 from servinglib.registry import VersionState
 
@@ -292,6 +293,23 @@ def render_metrics_reference() -> str:
             f"`{spec.multiprocess_mode or 'livesum'}`" if spec.kind == "gauge" else "",
         ]
         lines.append("| " + " | ".join(_cell(cell) for cell in row) + " |")
+    lines += [
+        "",
+        "## Drift gauges",
+        "",
+        "Computed at each scrape from the drift window of every worker's counts, for each "
+        "version with a reference profile (`profile.json`); see "
+        "[Drift monitoring](../explanation/drift-monitoring.md).",
+        "",
+        "| Name | Type | Labels | Description |",
+        "|---|---|---|---|",
+    ]
+    for name, documentation in DRIFT_GAUGES:
+        labels = {
+            "servinglib_drift_window_requests": "`model`, `version`",
+            "servinglib_output_window_count": "`model`, `version`, `output`, `bin`",
+        }.get(name, "`model`, `version`, `field`, `role`")
+        lines.append(f"| `{name}` | gauge | {labels} | {_cell(documentation)} |")
     lines += [
         "",
         "## Gauge modes",

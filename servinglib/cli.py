@@ -163,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
+    from servinglib.monitoring.drift_commands import add_parsers as add_drift_parsers
+
+    add_drift_parsers(commands, _default_config())
     return parser
 
 
@@ -195,6 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from servinglib.optimize.cli import run as run_optimize
 
             return run_optimize(args)
+        if args.command in ("profile", "drift"):
+            from servinglib.monitoring.drift_commands import run
+
+            return run(args)
         return _selftest(args.config, args.junit)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -37,6 +37,7 @@ from servinglib.registry import ModelRegistry, VersionRecord
 from servinglib.routing import TrafficSplit
 
 __all__ = [
+    "DriftObserver",
     "InferenceService",
     "Prediction",
     "PredictionRecorder",
@@ -80,6 +81,13 @@ class PredictionRecorder(Protocol):
         """Queue one record (never blocks)."""
 
 
+class DriftObserver(Protocol):
+    """Drift monitoring, as the service sees it."""
+
+    def observe(self, model: str, version: str, features: Any, output: Any) -> None:
+        """Count one answered request's features and outputs (never raises)."""
+
+
 class ShadowSubmitter(Protocol):
     """The shadow router, as the service sees it."""
 
@@ -114,8 +122,10 @@ class InferenceService:
         shadows: ShadowSubmitter | None = None,
         batch_listener: BatchListener | None = None,
         clock: Callable[[], float] = time.monotonic,
+        drift: DriftObserver | None = None,
     ) -> None:
         self.registry = registry
+        self.drift = drift
         self._listener = listener
         self._batch_listener = batch_listener
         self._clock = clock
@@ -434,6 +444,8 @@ class InferenceService:
         elapsed = time.perf_counter() - started
         if self._listener:
             self._listener.prediction_made(record.model, record.version, output)
+        if self.drift is not None:
+            self.drift.observe(record.model, record.version, features, output)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
             self._recorder.record_prediction(

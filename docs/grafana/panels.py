@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servinglib.monitoring.drift import DRIFT_GAUGES
 from servinglib.monitoring.metrics import METRIC_SPECS, MetricSpec
 from servinglib.registry import VersionState
 
@@ -34,6 +35,20 @@ _SPECS: dict[str, MetricSpec] = {spec.attr: spec for spec in METRIC_SPECS}
 _SERVER_ERRORS = "model_error|server_error|not_ready|shed|deadline_exceeded"
 _REJECTED = "invalid_input|not_found|too_large"
 _SHADOW_BY = "model, primary_version, shadow_version"
+_PSI = DRIFT_GAUGES[0][0]
+_DRIFT_THRESHOLDS: Mapping[str, Any] = {
+    "defaults": {
+        "thresholds": {
+            "mode": "absolute",
+            "steps": [
+                {"color": "green", "value": None},
+                {"color": "yellow", "value": 0.1},
+                {"color": "red", "value": 0.25},
+            ],
+        },
+        "custom": {"thresholdsStyle": {"mode": "line"}},
+    }
+}
 _SHADOW_LEGEND = "{{model}} {{primary_version}} → {{shadow_version}}"
 
 
@@ -510,6 +525,70 @@ def sections() -> tuple[Section, ...]:
                             "{{outcome}}/s {{model}}",
                         ),
                     ),
+                    width=8,
+                ),
+            ),
+        ),
+        Section(
+            "Drift and data quality",
+            (
+                Panel(
+                    "Feature drift (PSI)",
+                    "Population stability index of each profiled feature over the drift window, "
+                    "against the version's reference profile (computed at scrape time from "
+                    "every worker's counts). Below 0.1 stable; above 0.25 drifted.",
+                    (),
+                    (
+                        Query(
+                            f"max by (model, version, field) ({_PSI}{{{MODEL_SELECTOR}, "
+                            'role="feature"})',
+                            "{{model}} v{{version}} {{field}}",
+                        ),
+                    ),
+                    width=8,
+                    field_config=_DRIFT_THRESHOLDS,
+                ),
+                Panel(
+                    "Output drift (PSI)",
+                    "Population stability index of each profiled output: the model answers "
+                    "differently from what it did on its reference data.",
+                    (),
+                    (
+                        Query(
+                            f"max by (model, version, field) ({_PSI}{{{MODEL_SELECTOR}, "
+                            'role="output"})',
+                            "{{model}} v{{version}} {{field}}",
+                        ),
+                    ),
+                    width=8,
+                    field_config=_DRIFT_THRESHOLDS,
+                ),
+                Panel(
+                    "Outputs in the drift window",
+                    "Answers of the drift window per output and bin, on each output's own bins "
+                    "from the reference profile (deciles of the reference for numbers).",
+                    (),
+                    (
+                        Query(
+                            f"sum by (model, version, output, bin) "
+                            f"({DRIFT_GAUGES[3][0]}{{{MODEL_SELECTOR}}})",
+                            "{{model}} v{{version}} {{output}} ≤ {{bin}}",
+                        ),
+                    ),
+                    width=8,
+                ),
+                Panel(
+                    "Data-quality problems",
+                    "Missing values, values outside the reference range, unseen categories and "
+                    "wrong types per second, by field and issue.",
+                    ("data_quality_issues",),
+                    (
+                        Query(
+                            rate("data_quality_issues", "model, version, field, issue"),
+                            "{{model}} v{{version}} {{field}} {{issue}}",
+                        ),
+                    ),
+                    unit="ops",
                     width=8,
                 ),
             ),

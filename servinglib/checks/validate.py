@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -66,6 +67,7 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
         if not path.is_dir():
             problems.append(f"{where}.versions: {version!r} has no directory {path}")
             continue
+        problems += _profile_problems(path)
         try:
             cases = load_test_data(path)
         except ServinglibError as e:
@@ -82,6 +84,20 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
             )
         problems += _cases_outside_schema(model.input_schema, cases, path / TEST_DATA_FILE)
     return problems
+
+
+def _profile_problems(version_dir: Path) -> list[str]:
+    """A version's drift profile, when it has one, must load (it is versioned with the model)."""
+    from servinglib.monitoring.drift.profile import Profile, default_profile_path
+
+    path = default_profile_path(version_dir)
+    if not path.is_file():
+        return []
+    try:
+        Profile.load(path)
+    except ServinglibError as e:
+        return [str(e)]
+    return []
 
 
 def _declares_cases(cls: type[Model]) -> bool:

@@ -12,6 +12,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify
 
 from servinglib.config import ServerConfig, ServiceConfig, load_config
 from servinglib.http._context import install_request_context
+from servinglib.http.drift import drift_blueprint, drift_monitor
 from servinglib.http.errors import register_error_handlers
 from servinglib.http.infer import InferEndpoint
 from servinglib.http.openapi import openapi_document
@@ -113,6 +114,7 @@ def create_app(
     register_error_handlers(app)
     app.register_blueprint(v2_blueprint)
     app.register_blueprint(ops_blueprint)
+    app.register_blueprint(drift_blueprint)
     endpoint = InferEndpoint(app.wsgi_app, service, metrics, server)
     app.extensions["servinglib.infer_endpoint"] = endpoint  # the asyncio front end uses it
     app.wsgi_app = endpoint  # type: ignore[method-assign]
@@ -144,7 +146,12 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
         )
     shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
     service = InferenceService(
-        registry, listener=metrics, recorder=logger, shadows=shadows, batch_listener=metrics
+        registry,
+        listener=metrics,
+        recorder=logger,
+        shadows=shadows,
+        batch_listener=metrics,
+        drift=drift_monitor(registry, metrics),
     )
 
     watcher = None

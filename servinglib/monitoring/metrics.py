@@ -25,6 +25,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.registry import Collector
 
 from servinglib.config import DEFAULT_SCORE_BUCKETS
 from servinglib.registry import VersionState
@@ -149,6 +150,15 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "Requests whose input failed validation, by model and top-level field "
         "(fields outside the input schema are counted as _other).",
         ("model", "field"),
+    ),
+    MetricSpec(
+        "data_quality_issues",
+        "counter",
+        "servinglib_data_quality_issues_total",
+        "Data-quality problems of profiled versions, by model, version, field (a feature or "
+        "output of the reference profile) and issue (missing, out_of_range, unseen_category, "
+        "wrong_type).",
+        ("model", "version", "field", "issue"),
     ),
     MetricSpec(
         "shadow_requests",
@@ -277,6 +287,7 @@ class ServingMetrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._children: dict[tuple[str, ...], Any] = {}
+        self._collectors: list[Collector] = []
         factories: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
         for spec in METRIC_SPECS:
             kwargs: dict[str, Any] = {"registry": self.registry}
@@ -297,6 +308,15 @@ class ServingMetrics:
         """Count one answered request and its latency."""
         self._child("requests", model, version, protocol, outcome).inc()
         self._child("request_duration", model, version, protocol).observe(seconds)
+
+    def add_collector(self, collector: Collector) -> None:
+        """Export metrics computed at scrape time (drift scores) alongside these."""
+        self.registry.register(collector)
+        self._collectors.append(collector)
+
+    def data_quality_issue(self, model: str, version: str, field: str, issue: str) -> None:
+        """Count a data-quality problem of a profiled field."""
+        self._child("data_quality_issues", model, version, field, issue).inc()
 
     def in_flight_gauge(self, protocol: str) -> Any:
         """The in-flight gauge child of ``protocol`` (use ``.inc()``/``.dec()``)."""
@@ -388,5 +408,7 @@ class ServingMetrics:
         if multiprocess_dir():
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            for collector in self._collectors:
+                registry.register(collector)
             return generate_latest(registry), CONTENT_TYPE_LATEST
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

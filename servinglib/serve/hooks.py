@@ -52,6 +52,7 @@ def prepare_metrics_dir(default: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for leftover in directory.glob("*.db"):
         leftover.unlink()
+    shutil.rmtree(directory / "drift", ignore_errors=True)  # drift counts of a previous run
     if not given:
         owner = os.getpid()
         atexit.register(_remove_if_owner, directory, owner)
@@ -140,6 +141,7 @@ def on_starting(server: Any) -> None:
     if directory:
         for leftover in Path(directory).glob("*.db"):
             leftover.unlink()
+        shutil.rmtree(Path(directory) / "drift", ignore_errors=True)
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -201,3 +201,17 @@ def test_text_files_parse(rendered: Rendered) -> None:
         (repo / "requirements.txt").read_text().splitlines()[-1].startswith("servinglib @ file://")
     )
     assert "@eta" in (repo / ".github/CODEOWNERS").read_text()
+
+
+def test_alerting_rules_pass_promtool_and_name_the_service(rendered: Rendered) -> None:
+    repo = rendered("python")
+    rules = repo / "monitoring/servinglib-rules.yml"
+    operator = yaml.safe_load((repo / "monitoring/prometheus-rule.yaml").read_text())
+    assert operator["kind"] == "PrometheusRule"
+    assert operator["metadata"]["name"] == "eta-python-servinglib"
+    assert operator["metadata"]["namespace"] == "eta"
+    assert operator["spec"]["groups"] == yaml.safe_load(rules.read_text())["groups"]
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian: apt-get install prometheus)")
+    assert "SUCCESS: 7 rules found" in run([promtool, "check", "rules", rules]).stdout

@@ -1,0 +1,166 @@
+"""Live counts: binning, quality issues, the sliding window, and sums over worker tables."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servinglib.monitoring.drift import Profile, VersionMonitor, WindowSpec, build_profile
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reference(count: int = 4000, seed: int = 0) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": float(rng.normal()), "city": ["paris", "lyon"][i % 2]} for i in range(count)]
+
+
+def profile(window: WindowSpec | None = None) -> Profile:
+    return build_profile(
+        [(r, {"score": r["x"] * 2}) for r in reference()], window or WindowSpec(60, 6)
+    )
+
+
+def fields(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in report["fields"]}
+
+
+def test_every_quality_issue_is_counted_and_reported() -> None:
+    issues: list[tuple[str, str]] = []
+    monitor = VersionMonitor("m", "1", profile(), None, lambda f, i: issues.append((f, i)), Clock())
+    monitor.observe({"x": 0.1, "city": "paris"}, {"score": 0.2})
+    monitor.observe({"city": "tokyo"}, {"score": 99.0})  # missing x, new city, score out of range
+    monitor.observe({"x": "high", "city": None, "extra": 1}, None)  # wrong type, missing city
+    report = monitor.report()
+    by_name = fields(report)
+    assert report["requests"] == 3
+    assert report["unprofiled_requests"] == 1
+    assert by_name["x"]["quality"] == {
+        "missing": 1,
+        "out_of_range": 0,
+        "unseen_category": 0,
+        "wrong_type": 1,
+    }
+    assert by_name["city"]["quality"]["unseen_category"] == 1
+    assert by_name["city"]["quality"]["missing"] == 1
+    assert by_name["city"]["bins"]["live"] == [1, 0, 1]  # paris, lyon, other
+    assert by_name["score"]["quality"]["out_of_range"] == 1
+    assert by_name["score"]["quality"]["missing"] == 1
+    assert sorted(issues) == sorted(
+        [
+            ("x", "missing"),
+            ("city", "unseen_category"),
+            ("score", "out_of_range"),
+            ("x", "wrong_type"),
+            ("city", "missing"),
+            ("score", "missing"),
+        ]
+    )
+
+
+def test_counts_leave_the_window_as_time_passes() -> None:
+    clock = Clock()
+    monitor = VersionMonitor("m", "1", profile(WindowSpec(60, 6)), None, clock=clock)
+    for row in reference(100, seed=1):
+        monitor.observe(row, None)
+    clock.now += 30
+    for row in reference(50, seed=2):
+        monitor.observe(row, None)
+    assert monitor.report()["requests"] == 150
+    clock.now += 40  # the first batch is now 70 s old: outside a 60 s window
+    assert monitor.report()["requests"] == 50
+    clock.now += 60
+    report = monitor.report()
+    assert report["requests"] == 0
+    assert fields(report)["x"]["psi"] is None
+
+
+def test_a_request_cap_keeps_only_the_newest_slots() -> None:
+    clock = Clock()
+    monitor = VersionMonitor("m", "1", profile(WindowSpec(60, 6, requests=100)), None, clock=clock)
+    for _ in range(3):
+        for row in reference(80, seed=3):
+            monitor.observe(row, None)
+        clock.now += 10
+    report = monitor.report()
+    assert report["requests"] == 160  # the two newest slots: the first to reach 100
+    assert report["window"]["slots_used"] == 2
+
+
+def test_in_distribution_stays_low_and_a_shift_scores_high() -> None:
+    monitor = VersionMonitor("m", "1", profile(), None, clock=Clock())
+    shifted = VersionMonitor("m", "2", profile(), None, clock=Clock())
+    for row in reference(1000, seed=4):
+        monitor.observe(row, {"score": row["x"] * 2})
+        shifted.observe({**row, "x": row["x"] + 1}, None)
+    assert all(f["psi"] < 0.1 for f in monitor.report()["fields"])
+    assert fields(shifted.report())["x"]["psi"] > 0.25
+    assert fields(shifted.report())["city"]["psi"] < 0.1
+
+
+def _worker(directory: str, rows: list[dict[str, Any]], done: Any) -> None:
+    monitor = VersionMonitor("m", "1", profile(), directory, clock=lambda: 1_000_000.0)
+    for row in rows:
+        monitor.observe(row, None)
+    done.put(os.getpid())
+
+
+def test_the_window_sums_every_process_table(tmp_path: Path) -> None:
+    rows = [{**r, "x": r["x"] + 0.5} for r in reference(600, seed=5)]
+    context = multiprocessing.get_context("fork")
+    done = context.Queue()
+    workers = [
+        context.Process(target=_worker, args=(str(tmp_path), part, done))
+        for part in (rows[:200], rows[200:])
+    ]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+        assert process.exitcode == 0
+    split = VersionMonitor("m", "1", profile(), str(tmp_path), clock=lambda: 1_000_000.0)
+    alone = VersionMonitor("m", "1", profile(), None, clock=lambda: 1_000_000.0)
+    for row in rows:
+        alone.observe(row, None)
+    report, single = split.report(), alone.report()
+    assert (report["requests"], report["workers"]) == (600, 2)
+    assert report["fields"] == single["fields"]
+    assert len(list((tmp_path / "drift" / "m" / "1").glob("*.counts"))) == 3
+
+
+@pytest.mark.parametrize("value", [{"nested": 1}, [1, "a"], float("nan"), np.float32(0.5)])
+def test_odd_values_never_raise(value: Any) -> None:
+    monitor = VersionMonitor("m", "1", profile(), None, clock=Clock())
+    monitor.observe({"x": value, "city": value}, value)
+    assert monitor.report()["requests"] == 1
+
+
+def test_fast_paths_agree_with_the_general_one() -> None:
+    vectors = build_profile(
+        [({"v": [float(i % 7), 1.0, 2.0]}, None) for i in range(500)], WindowSpec(60, 6)
+    )
+    monitor = VersionMonitor("m", "1", vectors, None, clock=Clock())
+    monitor.observe({"v": [3.0, 1.0, 2.0]}, None)  # list: the fast path
+    monitor.observe({"v": np.array([3.0, 1.0, 2.0])}, None)  # array: the general path
+    monitor.observe({"v": [3.0, "x", 2.0]}, None)
+    (field,) = monitor.report()["fields"]
+    assert field["kind"] == "norm"
+    assert sorted(field["bins"]["live"], reverse=True)[:2] == [2, 0]
+    assert field["quality"]["wrong_type"] == 1
+    numbers = VersionMonitor("m", "2", profile(), None, clock=Clock())
+    for x in (float("nan"), float("inf"), True, 0.5, 1):
+        numbers.observe({"x": x, "city": "paris"}, None)
+    quality = fields(numbers.report())["x"]["quality"]
+    assert (quality["missing"], quality["wrong_type"]) == (2, 1)
+    assert fields(numbers.report())["x"]["samples"] == 2

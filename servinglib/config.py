@@ -62,6 +62,7 @@ class ServerConfig:
     max_header_bytes: int = 8190
     max_headers: int = 100
     log_level: str = "info"
+    deadline_margin_ms: int = 50
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
     app.config["SERVINGLIB_MAX_JSON_DEPTH"] = server.max_json_depth
     app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"] = server.max_tensor_elements
+    app.config["SERVINGLIB_DEADLINE_MARGIN_MS"] = server.deadline_margin_ms
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["servinglib.service"] = service
     app.extensions["servinglib.metrics"] = metrics

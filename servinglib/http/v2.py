@@ -198,7 +198,9 @@ def _predict(
         version=version,
         request_id=decoded.id or g.request_id,
         routing_key=request.headers.get(service.routing_header(model)),
-        timeout_ms=envoy_timeout_ms(request.environ),
+        timeout_ms=envoy_timeout_ms(
+            request.environ, current_app.config["SERVINGLIB_DEADLINE_MARGIN_MS"]
+        ),
         priority=priority,
         after_response=followups,
     )

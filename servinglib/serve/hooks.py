@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.config import ServiceConfig, load_config
-from servinglib.errors import ConfigError
+from servinglib.errors import ConfigError, ServinglibError
 
 __all__ = [
     "ROLLOUT_ENV",
@@ -99,13 +99,17 @@ def when_ready(server: Any) -> None:
 
     config = load_config(os.environ["SERVINGLIB_CONFIG"])
     configure_logging(config.server.log_level)  # admin actions are logged by the master
-    admin = AdminServer(
-        config,
-        Path(directory),
-        os.environ.get(config.admin.token_env, ""),
-        config.admin.port,
-        lambda: _worker_pids(server),
-    )
+    try:
+        admin = AdminServer(
+            config,
+            Path(directory),
+            os.environ.get(config.admin.token_env, ""),
+            config.admin.port,
+            lambda: _worker_pids(server),
+        )
+    except ServinglibError as e:
+        # gunicorn prints a RuntimeError as one "Error: ..." line and exits 1.
+        raise RuntimeError(str(e)) from None
     admin.start()
     _admin.append(admin)
 

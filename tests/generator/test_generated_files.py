@@ -20,7 +20,7 @@ import yaml
 from servinglib.checks import validate_service
 from servinglib.config import load_config
 from servinglib.selftest import load_test_data
-from tests.generator._repos import RUNTIMES, run, tool
+from tests.generator._repos import REPO_ROOT, RUNTIMES, run, tool
 
 Rendered = Callable[[str], Path]
 
@@ -197,7 +197,8 @@ def test_dockerfile_passes_hadolint(rendered: Rendered) -> None:
 def test_text_files_parse(rendered: Rendered) -> None:
     repo = rendered("python")
     tomllib.loads((repo / "pyproject.toml").read_text())
-    assert (
-        (repo / "requirements.txt").read_text().splitlines()[-1].startswith("servinglib @ file://")
-    )
+    # A checkout source is vendored as a wheel: nothing points back to this machine.
+    (wheel,) = (repo / "wheels").glob("servinglib-*.whl")
+    assert (repo / "requirements.txt").read_text().splitlines()[-1] == f"./wheels/{wheel.name}"
+    assert str(REPO_ROOT) not in (repo / "requirements.txt").read_text()
     assert "@eta" in (repo / ".github/CODEOWNERS").read_text()

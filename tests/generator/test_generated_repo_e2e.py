@@ -105,7 +105,7 @@ def workflow_steps(repo: Path) -> list[tuple[str, str, dict[str, str]]]:
                     continue
                 command = step["run"]
                 for key, value in entry.items():
-                    command = command.replace("${{ matrix.%s }}" % key, str(value))
+                    command = command.replace("${{ matrix." + key + " }}", str(value))
                 assert "${{" not in command, command
                 steps.append((name, command, env))
     return steps

@@ -129,6 +129,7 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
     config: ServiceConfig = load_config(path)
     configure_logging(config.server.log_level)
     metrics = ServingMetrics(score_buckets=config.score_buckets)
+    metrics.declare_shadow_pairs(config)
     registry = ModelRegistry(config, listener=metrics)
     registry.load_all()
     if not registry.is_ready():

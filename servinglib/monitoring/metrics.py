@@ -161,7 +161,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "shadow_dropped_total",
         "counter",
         "servinglib_shadow_dropped_total",
-        "Shadow copies dropped because the bounded shadow executor was full.",
+        "Shadow copies dropped because the bounded shadow executor was full; every "
+        "configured pair starts at 0.",
         _SHADOW_LABELS,
     ),
     MetricSpec(
@@ -192,7 +193,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "histogram",
         "servinglib_shadow_difference",
         "Difference between shadow and primary answers: the largest absolute difference "
-        "(numeric comparator) or 1 - cosine similarity (cosine comparator).",
+        "(numeric comparator) or 1 - cosine similarity (cosine comparator). The exact, "
+        "top1 and custom comparators report none.",
         _SHADOW_LABELS,
         buckets=_DIFFERENCE_BUCKETS,
     ),

@@ -21,7 +21,7 @@ from typing import Any
 from servinglib.batching import BatchPolicy
 from servinglib.model import TensorSpec
 
-__all__ = ["splits_rows", "triton_model_config"]
+__all__ = ["splits_rows", "tensor_metadata", "triton_model_config"]
 
 # platform of the runtime -> (Triton platform, Triton backend)
 _RUNTIMES = {
@@ -42,6 +42,16 @@ def splits_rows(inputs: Sequence[TensorSpec], batching: BatchPolicy | None) -> b
         and bool(inputs)
         and not all(spec.shape and spec.shape[0] == -1 for spec in inputs)
     )
+
+
+def tensor_metadata(spec: TensorSpec, rows: bool) -> dict[str, Any]:
+    """A tensor of ``/v2/models/{m}`` metadata; ``rows``: the model splits a batch dimension.
+
+    Triton's metadata of a batching model shows the batch dimension as a leading -1 (its
+    tools drop it again when ``max_batch_size`` > 0), so a row-splitting model declares it.
+    """
+    shape = [-1, *spec.shape] if rows else list(spec.shape)
+    return {"name": spec.name, "datatype": spec.datatype, "shape": shape}
 
 
 def triton_model_config(

@@ -7,7 +7,6 @@ import logging
 import uuid
 from collections.abc import Callable
 from importlib.metadata import version as package_version
-from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
@@ -20,12 +19,11 @@ from servinglib.http._content_coding import (
 )
 from servinglib.http._context import mark_inference
 from servinglib.http._payload import envoy_timeout_ms, json_body, model_label, request_priority
-from servinglib.http._triton_config import splits_rows, triton_model_config
+from servinglib.http._triton_config import splits_rows, tensor_metadata, triton_model_config
 from servinglib.http._v2_codec import InferRequest, decode_request, encode_response
 from servinglib.http._v2_framing import HEADER_LENGTH, json_header_length
 from servinglib.http._v2_rows import split_rows, stack_rows
 from servinglib.http.errors import error_response
-from servinglib.model import TensorSpec
 from servinglib.registry import VersionState
 from servinglib.service import InferenceService, Prediction, run_followups
 
@@ -84,12 +82,13 @@ def model_metadata(model: str, version: str | None = None) -> Response:
     ready_versions = [
         r.version for r in service.registry.records(model) if r.state is VersionState.READY
     ]
+    rows = splits_rows(record.instance.inputs, service.registry.model_config(model).batching)
     return jsonify(
         name=model,
         versions=ready_versions,
         platform=_platform(record.instance),
-        inputs=[_tensor_metadata(spec) for spec in record.instance.inputs],
-        outputs=[_tensor_metadata(spec) for spec in record.instance.outputs],
+        inputs=[tensor_metadata(spec, rows) for spec in record.instance.inputs],
+        outputs=[tensor_metadata(spec, rows) for spec in record.instance.outputs],
     )
 
 
@@ -246,7 +245,3 @@ def repository_index() -> Response:
 def _platform(instance: object) -> str:
     platform = getattr(instance, "platform", "")
     return platform if isinstance(platform, str) and platform else "servinglib_python"
-
-
-def _tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
-    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}

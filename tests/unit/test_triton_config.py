@@ -7,7 +7,7 @@ import pytest
 
 from servinglib.batching import BatchPolicy
 from servinglib.errors import InvalidInputError
-from servinglib.http._triton_config import splits_rows, triton_model_config
+from servinglib.http._triton_config import splits_rows, tensor_metadata, triton_model_config
 from servinglib.http._v2_rows import split_rows, stack_rows
 from servinglib.model import TensorSpec
 
@@ -82,3 +82,13 @@ def test_split_rows_refuses_inconsistent_batches() -> None:
         split_rows({"a": np.zeros((3, 2)), "b": np.zeros(2)}, specs, 8)
     with pytest.raises(TypeError, match="same tensor names"):
         stack_rows([{"e": 1}, {"f": 2}])
+
+
+def test_metadata_of_a_row_splitting_model_shows_the_batch_dimension() -> None:
+    assert tensor_metadata(TEXT_IN[0], rows=True)["shape"] == [-1, 1]
+    assert tensor_metadata(TEXT_IN[0], rows=False)["shape"] == [1]
+    assert tensor_metadata(ONNX_IN[0], rows=False) == {
+        "name": "pixels",
+        "datatype": "FP32",
+        "shape": [-1, 64],
+    }

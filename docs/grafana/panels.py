@@ -455,7 +455,10 @@ def sections() -> tuple[Section, ...]:
                 Panel(
                     "Shadow vs primary difference p50 / p99",
                     "How far shadow answers are from the primary's: the largest absolute "
-                    "difference (numeric comparator) or 1 - cosine similarity (cosine).",
+                    "difference (numeric comparator) or 1 - cosine similarity (cosine). "
+                    "Only those two comparators measure a difference: a pair compared with "
+                    "exact, top1 or a custom function has no series here (see the agreement "
+                    "ratio instead).",
                     ("shadow_difference",),
                     tuple(
                         Query(

@@ -27,7 +27,11 @@ from servinglib_generator._checks import check_rendered_files
 from servinglib_generator._rendering import render_template
 from servinglib_generator.artifacts import build_artifact
 from servinglib_generator.errors import GeneratorError, RepositoryError, TargetExistsError
-from servinglib_generator.runtimes import RUNTIME_REQUIREMENTS
+from servinglib_generator.runtimes import (
+    RUNTIME_REQUIREMENTS,
+    TORCH_INDEX_URL,
+    TORCH_REQUIREMENT,
+)
 from servinglib_generator.spec import ModelSpec
 
 __all__ = ["ModelAdded", "add_model", "install_model", "model_context"]
@@ -37,6 +41,7 @@ TFVARS = Path("terraform/models.auto.tfvars.json")
 WORKFLOW = Path(".github/workflows/ci.yml")
 DEPLOYMENT = Path("k8s/deployment.yaml")
 REQUIREMENTS = Path("requirements.txt")
+DOCKERFILE = Path("Dockerfile")
 MODELS_ANNOTATION = "servinglib.dev/models"
 FRAGMENT_DIR = ".generator"
 # Files of the model template that only the python runtime keeps.
@@ -205,4 +210,14 @@ def _plan_edits(repo: Path, model: ModelSpec, entry: str, strict: bool) -> _Plan
         lambda text: _edits.ensure_requirements(text, requirements),
         "install " + (", ".join(line for _, line in requirements) or "nothing more"),
     )
+    if model.runtime == "torch":  # the first torch model of a repository needs PyTorch's index
+        for path, line in (
+            (DOCKERFILE, f"ENV PIP_EXTRA_INDEX_URL={TORCH_INDEX_URL}"),
+            (WORKFLOW, f"PIP_EXTRA_INDEX_URL: {TORCH_INDEX_URL} (under env:)"),
+        ):
+            text = (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else ""
+            if "PIP_EXTRA_INDEX_URL" not in text:
+                plan.manual.append(
+                    f"{path}: add {line}, so pip finds the CPU build of {TORCH_REQUIREMENT}"
+                )
     return plan

@@ -270,8 +270,9 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         _servinglib,
         lambda _: default_servinglib_source(),
         "the servinglib checkout the generator runs from, else `servinglib==<installed version>`",
-        "a servinglib checkout directory, a `.whl` file (copied into `wheels/`) or a "
-        "requirement starting with `servinglib`",
+        "a servinglib checkout directory (built into a wheel in `wheels/`), a `.whl` file "
+        "(copied into `wheels/`) or a requirement starting with `servinglib`, optionally "
+        "after `--index-url <URL>`",
     ),
 )
 

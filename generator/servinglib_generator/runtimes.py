@@ -15,8 +15,10 @@ Runtime = Literal["python", "onnx", "torch"]
 RUNTIMES: tuple[Runtime, ...] = ("python", "onnx", "torch")
 
 # The CPU build, pinned exactly: a bare `torch` would pull a multi-GB CUDA build. CI and the
-# Dockerfile of a generated repository add PyTorch's CPU index so pip finds 2.13.0+cpu.
+# Dockerfile of a generated repository with a torch model add PyTorch's CPU index so pip
+# finds 2.13.0+cpu; the other repositories install from PyPI alone.
 TORCH_REQUIREMENT = "torch==2.13.0"
+TORCH_INDEX_URL = "https://download.pytorch.org/whl/cpu"
 
 # Runtime -> (distribution name, requirements.txt line) it adds to a generated repository.
 RUNTIME_REQUIREMENTS: dict[Runtime, tuple[tuple[str, str], ...]] = {

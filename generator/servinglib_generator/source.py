@@ -1,25 +1,39 @@
 """Where a generated repository installs servinglib from (it is not on PyPI).
 
-A checkout directory becomes ``servinglib @ file:///...``; a wheel is copied into the
-repository's ``wheels/`` so CI and the image build need nothing outside the repository;
-anything else is used as a pip requirement (``servinglib==0.1.0`` from an internal index).
+A checkout directory is built into a wheel, and a wheel is copied into the repository's
+``wheels/``: CI and the image build need nothing outside the repository. Anything else is
+used as a pip requirement (``servinglib==0.1.0`` from an internal index; a line such as
+``--index-url https://pypi.internal/simple servinglib==0.1.0`` names the index too).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from servinglib_generator._validators import FieldError
+from servinglib_generator.errors import GeneratorError
 
-__all__ = ["ServinglibSource", "default_servinglib_source", "parse_servinglib_source"]
+__all__ = [
+    "ServinglibSource",
+    "build_wheel",
+    "default_servinglib_source",
+    "parse_servinglib_source",
+]
 
-_REQUIREMENT = re.compile(r"^servinglib(?:\[[a-z0-9,_-]+\])?\s*(?:(?:[=<>!~]=?=?|@)\s*\S.*)?$")
+_REQUIREMENT = re.compile(
+    r"^(?:--(?:extra-)?index-url[ =]\S+\s+)?"  # the index it comes from, if any
+    r"servinglib(?:\[[a-z0-9,_-]+\])?\s*(?:(?:[=<>!~]=?=?|@)\s*\S.*)?$"
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +49,8 @@ class ServinglibSource:
             return f"servinglib @ {Path(self.value).as_uri()}"
         if self.kind == "wheel":
             return f"./wheels/{Path(self.value).name}"
-        return self.value
+        # pip reads an index option on a line of its own, before the requirement
+        return re.sub(r"^(--\S+?)[ =](\S+)\s+", r"\1 \2\n", self.value)
 
 
 def parse_servinglib_source(value: str) -> ServinglibSource:
@@ -55,7 +70,9 @@ def parse_servinglib_source(value: str) -> ServinglibSource:
     if not _REQUIREMENT.match(value):
         raise FieldError(
             f"{value!r} is neither a path nor a servinglib requirement; give a checkout "
-            "directory, a .whl file, or e.g. 'servinglib==0.1.0' or 'servinglib @ https://...'"
+            "directory, a .whl file, or e.g. 'servinglib==0.1.0', "
+            "'--index-url https://pypi.internal/simple servinglib==0.1.0' or "
+            "'servinglib @ https://...'"
         )
     return ServinglibSource("requirement", value)
 
@@ -82,3 +99,38 @@ def _is_servinglib_checkout(root: Path) -> bool:
     except (tomllib.TOMLDecodeError, KeyError, TypeError):
         return False
     return bool(name == "servinglib")
+
+
+def build_wheel(checkout: Path, destination: Path) -> Path:
+    """Build servinglib's wheel from ``checkout`` into ``destination``; return its path.
+
+    Builds outside the checkout (a stale ``build/`` there could ship deleted modules), with
+    the installed setuptools when it can (no download), else in pip's isolated build env.
+
+    Raises:
+        GeneratorError: pip could not build the wheel; the message has pip's output.
+    """
+    destination.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="servinglib-wheel-") as scratch:
+        setup_cfg = Path(scratch) / "build.cfg"
+        setup_cfg.write_text(
+            f"[build]\nbuild_base = {scratch}/build\n[egg_info]\negg_base = {scratch}\n",
+            encoding="utf-8",
+        )
+        env = {**os.environ, "DIST_EXTRA_CONFIG": str(setup_cfg)}
+        command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
+        command += ["--wheel-dir", str(destination), str(checkout)]
+        result = subprocess.run(
+            [*command, "--no-build-isolation"], capture_output=True, text=True, env=env, check=False
+        )
+        if result.returncode != 0:
+            result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if result.returncode != 0:
+            raise GeneratorError(
+                f"cannot build a servinglib wheel from {checkout}: {result.stderr[-1500:]}; "
+                "build one yourself (`pip wheel --no-deps -w dist/ <checkout>`) and pass the .whl"
+            )
+    wheels = sorted(destination.glob("servinglib-*.whl"))
+    if not wheels:
+        raise GeneratorError(f"pip built no servinglib wheel from {checkout} into {destination}")
+    return wheels[-1]

@@ -27,13 +27,22 @@ def json_body() -> Any:
     return parse_json(request.get_data(cache=True), current_app.config["SERVINGLIB_MAX_JSON_DEPTH"])
 
 
-def envoy_timeout_ms(environ: Mapping[str, Any]) -> float | None:
-    """The time Envoy will wait for this request, when Envoy sent it (else None)."""
+def envoy_timeout_ms(environ: Mapping[str, Any], margin_ms: float = 0.0) -> float | None:
+    """The time this request may take, when Envoy sent it (else None).
+
+    That is Envoy's ``x-envoy-expected-rq-timeout-ms`` less ``margin_ms``
+    (``server.deadline_margin_ms``): the server's JSON 504 must reach Envoy before Envoy's
+    own timer fires, or Envoy discards it and sends its own. At least 1 ms is left, so a
+    request whose margin is spent is refused at once with a 504.
+    """
     raw = environ.get("HTTP_" + ENVOY_TIMEOUT_HEADER.upper().replace("-", "_"))
     try:
-        return float(raw) if raw is not None else None
+        budget = float(raw) if raw is not None else None
     except ValueError:
         return None
+    if budget is None or budget <= 0:
+        return None  # Envoy sends 0 when the route has no timeout
+    return max(1.0, budget - margin_ms)
 
 
 def request_priority(value: Any) -> int | None:

@@ -105,6 +105,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
     app.config["SERVINGLIB_MAX_JSON_DEPTH"] = server.max_json_depth
     app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"] = server.max_tensor_elements
+    app.config["SERVINGLIB_DEADLINE_MARGIN_MS"] = server.deadline_margin_ms
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["servinglib.service"] = service
     app.extensions["servinglib.metrics"] = metrics
@@ -130,6 +131,7 @@ def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
     config: ServiceConfig = load_config(path)
     configure_logging(config.server.log_level, config.server.log_format)
     metrics = ServingMetrics(score_buckets=config.score_buckets)
+    metrics.declare_shadow_pairs(config)
     registry = ModelRegistry(config, listener=metrics)
     registry.load_all()
     if not registry.is_ready():

@@ -135,6 +135,7 @@ class InferEndpoint:
         self._metrics = metrics
         self.max_body = server.max_request_body_bytes
         self._max_depth = server.max_json_depth
+        self._deadline_margin_ms = server.deadline_margin_ms
         self._models = frozenset(service.registry.model_names())
         self._too_large = (
             f"request body larger than the limit of {self.max_body} bytes; send a smaller body"
@@ -221,7 +222,7 @@ class InferEndpoint:
             features,
             priority,
             environ.get(_header_key(self._service, model)),
-            envoy_timeout_ms(environ),
+            envoy_timeout_ms(environ, self._deadline_margin_ms),
         )
 
     def succeeded(self, answer: Answer, prediction: Prediction, request_id: str) -> None:

@@ -17,6 +17,20 @@ _ERROR = {
 _EMPTY = {"description": "Status only, empty body"}
 
 
+def _flag(name: str) -> dict[str, Any]:
+    """A ``{"<name>": bool}`` body, as KServe's SDK reads the health endpoints."""
+    flag = {
+        "type": "object",
+        "required": [name],
+        "properties": {name: {"type": "boolean"}},
+        "additionalProperties": False,
+    }
+    return {
+        "description": f"{name}: true or false",
+        "content": {"application/json": {"schema": flag}},
+    }
+
+
 _PARAMETERS = {
     "type": "object",
     "description": "Open Inference parameters (e.g. binary_data_size, binary_data, priority).",
@@ -135,9 +149,12 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
             }
         },
         "/v2": get("Server metadata", json_ok),
-        "/v2/health/live": {"get": {"summary": "Liveness", "responses": {"200": _EMPTY}}},
+        "/v2/health/live": {"get": {"summary": "Liveness", "responses": {"200": _flag("live")}}},
         "/v2/health/ready": {
-            "get": {"summary": "Readiness", "responses": {"200": _EMPTY, "400": _EMPTY}}
+            "get": {
+                "summary": "Readiness",
+                "responses": {"200": _flag("ready"), "400": _flag("ready")},
+            }
         },
         "/v2/models/{model}": get("Model metadata", json_ok, "404", "503")
         | {"parameters": [model_param]},

@@ -2,32 +2,37 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
 from importlib.metadata import version as package_version
-from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import UnsupportedMediaType
 
 from servinglib.errors import InvalidInputError, PredictionError
+from servinglib.http._content_coding import (
+    ContentCodingError,
+    decode_body,
+    encode_body,
+    response_coding,
+)
 from servinglib.http._context import mark_inference
 from servinglib.http._payload import envoy_timeout_ms, json_body, model_label, request_priority
-from servinglib.http._v2_codec import decode_request, encode_response
-from servinglib.model import TensorSpec
+from servinglib.http._triton_config import splits_rows, tensor_metadata, triton_model_config
+from servinglib.http._v2_codec import InferRequest, decode_request, encode_response
+from servinglib.http._v2_framing import HEADER_LENGTH, json_header_length
+from servinglib.http._v2_rows import split_rows, stack_rows
+from servinglib.http.errors import error_response
 from servinglib.registry import VersionState
-from servinglib.service import InferenceService, run_followups
+from servinglib.service import InferenceService, Prediction, run_followups
 
 __all__ = ["HEADER_LENGTH", "v2_blueprint"]
 
 v2_blueprint = Blueprint("v2", __name__, url_prefix="/v2")
 log = logging.getLogger("servinglib.http")
 
-HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
-
-_TRITON_TYPES = {"BYTES": "TYPE_STRING"}
 
 
 def _service() -> InferenceService:
@@ -36,7 +41,7 @@ def _service() -> InferenceService:
 
 
 def _empty(status: int) -> Response:
-    # Health answers are carried by the status code; the spec asks for an empty body.
+    # Model readiness is carried by the status code; the spec asks for an empty body.
     return Response(b"", status)
 
 
@@ -48,14 +53,23 @@ def server_metadata() -> Response:
 
 @v2_blueprint.get("/health/live")
 def live() -> Response:
-    """Liveness: the process answers; never depends on models."""
-    return _empty(200)
+    """Liveness: the process answers; never depends on models.
+
+    The body is ``{"live": true}`` as KServe's SDK reads it (``response.json()["live"]``).
+    """
+    return jsonify(live=True)
 
 
 @v2_blueprint.get("/health/ready")
 def ready() -> Response:
-    """Readiness: every model's default version is READY (4xx otherwise, per the spec)."""
-    return _empty(200 if current_app.extensions["servinglib.readiness"]() else 400)
+    """Readiness: every model's default version is READY (4xx otherwise, per the spec).
+
+    The body is ``{"ready": true|false}``, as KServe's SDK reads it.
+    """
+    ready_now = bool(current_app.extensions["servinglib.readiness"]())
+    response = jsonify(ready=ready_now)
+    response.status_code = 200 if ready_now else 400
+    return response
 
 
 @v2_blueprint.get("/models/<model>")
@@ -68,12 +82,13 @@ def model_metadata(model: str, version: str | None = None) -> Response:
     ready_versions = [
         r.version for r in service.registry.records(model) if r.state is VersionState.READY
     ]
+    rows = splits_rows(record.instance.inputs, service.registry.model_config(model).batching)
     return jsonify(
         name=model,
         versions=ready_versions,
         platform=_platform(record.instance),
-        inputs=[_tensor_metadata(spec) for spec in record.instance.inputs],
-        outputs=[_tensor_metadata(spec) for spec in record.instance.outputs],
+        inputs=[tensor_metadata(spec, rows) for spec in record.instance.inputs],
+        outputs=[tensor_metadata(spec, rows) for spec in record.instance.outputs],
     )
 
 
@@ -92,24 +107,16 @@ def model_config(model: str, version: str | None = None) -> Response:
     service = _service()
     record = service.registry.get(model, version)
     assert record.instance is not None
-    versions = [r.version for r in service.registry.records(model)]
-    policy: dict[str, Any] = (
-        {"specific": {"versions": [int(v) for v in versions]}}
-        if all(v.isdigit() for v in versions)
-        else {"all": {}}
-    )
     return jsonify(
-        name=model,
-        platform="",
-        backend="python",
-        max_batch_size=0,
-        input=[_triton_tensor(spec) for spec in record.instance.inputs],
-        output=[_triton_tensor(spec) for spec in record.instance.outputs],
-        version_policy=policy,
-        instance_group=[{"name": model, "kind": "KIND_CPU", "count": 1}],
-        parameters={
-            "servinglib_default_version": {"string_value": service.registry.default_version(model)}
-        },
+        triton_model_config(
+            model,
+            record.instance,
+            record.instance.inputs,
+            record.instance.outputs,
+            service.registry.model_config(model).batching,
+            [r.version for r in service.registry.records(model)],
+            service.registry.default_version(model),
+        )
     )
 
 
@@ -120,31 +127,24 @@ def model_infer(model: str, version: str | None = None) -> Response:
     service = _service()
     mark_inference("v2", model_label(service, model))
     service.registry.record(model, version)  # unknown model or version: 404 before parsing
-    header_length = _header_length()
-    mimetype = request.mimetype
-    if header_length is None and mimetype and mimetype != "application/json":
-        raise UnsupportedMediaType(
-            f"content type {mimetype!r} needs the {HEADER_LENGTH} header (binary tensor "
-            "extension); send application/json otherwise"
+    # Any content type: Inference-Header-Content-Length alone says JSON or binary (Triton).
+    header_length = json_header_length(request.headers.get(HEADER_LENGTH))
+    try:
+        body = decode_body(
+            request.get_data(cache=True),
+            request.headers.get("Content-Encoding"),
+            current_app.config["MAX_CONTENT_LENGTH"],
         )
+    except ContentCodingError as e:
+        return error_response(str(e), e.status)
     decoded = decode_request(
-        request.get_data(cache=True),
+        body,
         header_length,
         max_elements=current_app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"],
         max_depth=current_app.config["SERVINGLIB_MAX_JSON_DEPTH"],
     )
-    priority = request_priority(decoded.parameters.get("priority"))
     followups: list[Callable[[], None]] = []
-    prediction = service.infer_tensors(
-        model,
-        decoded.inputs,
-        version,
-        request_id=decoded.id or g.request_id,
-        routing_key=request.headers.get(service.routing_header(model)),
-        timeout_ms=envoy_timeout_ms(request.environ),
-        priority=priority,
-        after_response=followups,
-    )
+    prediction = _predict(service, model, version, decoded, followups)
     g.version = prediction.version
     try:
         if not isinstance(prediction.output, dict):
@@ -173,8 +173,53 @@ def model_infer(model: str, version: str | None = None) -> Response:
     else:
         response = Response(payload, 200, mimetype="application/octet-stream")
         response.headers[HEADER_LENGTH] = str(json_length)
+    coding = response_coding(request.headers.get("Accept-Encoding"))
+    if coding is not None:
+        response.set_data(encode_body(payload, coding))
+        response.headers["Content-Encoding"] = coding
+    response.vary.add("Accept-Encoding")
     response.call_on_close(lambda: run_followups(followups))  # shadows start after the answer
     return response
+
+
+def _predict(
+    service: InferenceService,
+    model: str,
+    version: str | None,
+    decoded: InferRequest,
+    followups: list[Callable[[], None]],
+) -> Prediction:
+    """Call the model; a request with an added batch dimension is answered row by row."""
+    priority = request_priority(decoded.parameters.get("priority"))
+    call = functools.partial(
+        service.infer_tensors,
+        model,
+        version=version,
+        request_id=decoded.id or g.request_id,
+        routing_key=request.headers.get(service.routing_header(model)),
+        timeout_ms=envoy_timeout_ms(
+            request.environ, current_app.config["SERVINGLIB_DEADLINE_MARGIN_MS"]
+        ),
+        priority=priority,
+        after_response=followups,
+    )
+    record = service.registry.get(model, version)
+    assert record.instance is not None
+    batching = service.registry.model_config(model).batching
+    rows = None
+    if batching is not None and splits_rows(record.instance.inputs, batching):
+        rows = split_rows(decoded.inputs, record.instance.inputs, batching.max_batch_size)
+    if rows is None:
+        return call(decoded.inputs)
+    answers = [call(row) for row in rows]
+    try:
+        stacked = stack_rows([answer.output for answer in answers])
+    except TypeError as e:
+        error_id = uuid.uuid4().hex[:12]
+        log.error("model %r rows cannot be stacked (error id %s)", model, error_id, exc_info=e)
+        raise PredictionError(model, answers[0].version, error_id) from e
+    first = answers[0]
+    return Prediction(first.model, first.version, stacked, sum(a.latency_s for a in answers))
 
 
 @v2_blueprint.post("/repository/index")
@@ -197,25 +242,6 @@ def repository_index() -> Response:
     return jsonify(entries)
 
 
-def _header_length() -> int | None:
-    raw = request.headers.get(HEADER_LENGTH)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInputError(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
-
-
 def _platform(instance: object) -> str:
     platform = getattr(instance, "platform", "")
     return platform if isinstance(platform, str) and platform else "servinglib_python"
-
-
-def _tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
-    return {"name": spec.name, "datatype": spec.datatype, "shape": list(spec.shape)}
-
-
-def _triton_tensor(spec: TensorSpec) -> dict[str, Any]:
-    data_type = _TRITON_TYPES.get(spec.datatype, f"TYPE_{spec.datatype}")
-    return {"name": spec.name, "data_type": data_type, "dims": list(spec.shape)}

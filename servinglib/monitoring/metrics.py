@@ -27,7 +27,7 @@ from prometheus_client import (
 )
 from prometheus_client.registry import Collector
 
-from servinglib.config import DEFAULT_SCORE_BUCKETS
+from servinglib.config import DEFAULT_SCORE_BUCKETS, ServiceConfig
 from servinglib.registry import VersionState
 from servinglib.shadow import Comparison
 
@@ -171,7 +171,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "shadow_dropped_total",
         "counter",
         "servinglib_shadow_dropped_total",
-        "Shadow copies dropped because the bounded shadow executor was full.",
+        "Shadow copies dropped because the bounded shadow executor was full; every "
+        "configured pair starts at 0.",
         _SHADOW_LABELS,
     ),
     MetricSpec(
@@ -202,7 +203,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "histogram",
         "servinglib_shadow_difference",
         "Difference between shadow and primary answers: the largest absolute difference "
-        "(numeric comparator) or 1 - cosine similarity (cosine comparator).",
+        "(numeric comparator) or 1 - cosine similarity (cosine comparator). The exact, "
+        "top1 and custom comparators report none.",
         _SHADOW_LABELS,
         buckets=_DIFFERENCE_BUCKETS,
     ),
@@ -358,6 +360,19 @@ class ServingMetrics:
     def input_rejected(self, model: str, field: str) -> None:
         """Count an input that failed validation."""
         self._child("input_rejected_total", model, field).inc()
+
+    def declare_shadow_pairs(self, config: ServiceConfig) -> None:
+        """Start ``servinglib_shadow_dropped_total`` at 0 for every configured shadow pair.
+
+        A counter child appears only once a label set is used; without this, "nothing
+        dropped" would be an absent series, which dashboards and alerts cannot tell from
+        "not scraped". Primaries: the default version and every version with traffic.
+        """
+        for model in config.models:
+            primaries = {model.default_version, *(model.traffic or {})}
+            for shadow in model.shadows:
+                for primary in sorted(primaries - {shadow.version}):
+                    self._child("shadow_dropped_total", model.name, primary, shadow.version)
 
     # ShadowListener
     def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:

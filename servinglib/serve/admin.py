@@ -87,7 +87,14 @@ class AdminServer:
             def do_POST(self) -> None:
                 admin._dispatch(self, "POST")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        try:
+            self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        except OSError as e:
+            raise ServinglibError(
+                f"the admin API cannot listen on 127.0.0.1:{port} ({e.strerror}): another "
+                "process holds that port (in a pod, Envoy's admin listener often does); set "
+                "admin.port in servinglib.yaml to a free port"
+            ) from e
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(

@@ -46,11 +46,22 @@ class AdminClient:
         )
         try:
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:  # noqa: S310
-                return response.status, json.loads(response.read() or b"null")
+                return response.status, self._decoded(response.read())
         except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"null")
+            return e.code, self._decoded(e.read())
         except urllib.error.URLError as e:
             raise ServinglibError(f"cannot reach the admin API at {self._base}: {e.reason}") from e
+
+    def _decoded(self, body: bytes) -> Any:
+        """The JSON body; anything else means another server holds the port."""
+        try:
+            return json.loads(body or b"null")
+        except ValueError:
+            raise ServinglibError(
+                f"{self._base} answered with something other than servinglib's admin API "
+                f"({body[:60]!r}); another process (such as Envoy's admin listener) holds that "
+                "port: check admin.port in servinglib.yaml"
+            ) from None
 
     def status(self) -> Any:
         """Desired state and worker reports."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.config import ServiceConfig, load_config
-from servinglib.errors import ConfigError
+from servinglib.errors import ConfigError, ServinglibError
 
 __all__ = [
     "ROLLOUT_ENV",
@@ -108,13 +108,17 @@ def when_ready(server: Any) -> None:
     config = load_config(os.environ["SERVINGLIB_CONFIG"])
     # Admin actions are logged by the master.
     configure_logging(config.server.log_level, config.server.log_format)
-    admin = AdminServer(
-        config,
-        Path(directory),
-        os.environ.get(config.admin.token_env, ""),
-        config.admin.port,
-        lambda: _worker_pids(server),
-    )
+    try:
+        admin = AdminServer(
+            config,
+            Path(directory),
+            os.environ.get(config.admin.token_env, ""),
+            config.admin.port,
+            lambda: _worker_pids(server),
+        )
+    except ServinglibError as e:
+        # gunicorn prints a RuntimeError as one "Error: ..." line and exits 1.
+        raise RuntimeError(str(e)) from None
     admin.start()
     _admin.append(admin)
 

@@ -16,11 +16,12 @@ import envoy
 import hcl2
 import pytest
 import yaml
+from servinglib_generator import ModelSpec, add_model
 
 from servinglib.checks import validate_service
 from servinglib.config import load_config
 from servinglib.selftest import load_test_data
-from tests.generator._repos import RUNTIMES, run, tool
+from tests.generator._repos import REPO_ROOT, RUNTIMES, needs_runtime, render, run, tool
 
 Rendered = Callable[[str], Path]
 
@@ -197,9 +198,10 @@ def test_dockerfile_passes_hadolint(rendered: Rendered) -> None:
 def test_text_files_parse(rendered: Rendered) -> None:
     repo = rendered("python")
     tomllib.loads((repo / "pyproject.toml").read_text())
-    assert (
-        (repo / "requirements.txt").read_text().splitlines()[-1].startswith("servinglib @ file://")
-    )
+    # A checkout source is vendored as a wheel: nothing points back to this machine.
+    (wheel,) = (repo / "wheels").glob("servinglib-*.whl")
+    assert (repo / "requirements.txt").read_text().splitlines()[-1] == f"./wheels/{wheel.name}"
+    assert str(REPO_ROOT) not in (repo / "requirements.txt").read_text()
     assert "@eta" in (repo / ".github/CODEOWNERS").read_text()
 
 
@@ -215,3 +217,56 @@ def test_alerting_rules_pass_promtool_and_name_the_service(rendered: Rendered) -
     if promtool is None:
         pytest.skip("promtool not installed (Debian: apt-get install prometheus)")
     assert "SUCCESS: 7 rules found" in run([promtool, "check", "rules", rules]).stdout
+
+
+def test_only_a_torch_repo_uses_pytorchs_index(rendered: Rendered) -> None:
+    for runtime in RUNTIMES:
+        repo = rendered(runtime)
+        for path in ("Dockerfile", ".github/workflows/ci.yml"):
+            uses_index = "download.pytorch.org" in (repo / path).read_text()
+            assert uses_index == (runtime == "torch"), (runtime, path)
+
+
+def test_base_image_is_pinned_by_digest(rendered: Rendered) -> None:
+    first = (rendered("python") / "Dockerfile").read_text().split("\nFROM ", 1)[1].split()[0]
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", first), first
+
+
+def test_plain_deployment_carries_the_envoy_config_hash(rendered: Rendered) -> None:
+    import hashlib
+
+    repo = rendered("python")
+    deployment = yaml.safe_load((repo / "k8s/deployment.yaml").read_text())
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    configmap = yaml.safe_load((repo / "k8s/envoy-configmap.yaml").read_text())
+    digest = hashlib.sha256(configmap["data"]["envoy.yaml"].encode()).hexdigest()
+    assert annotations["servinglib.dev/envoy-config-sha256"] == digest
+    # the same as `sha256sum envoy/envoy.yaml`, and as Terraform's sha256() of the data
+    assert hashlib.sha256((repo / "envoy/envoy.yaml").read_bytes()).hexdigest() == digest
+
+
+def test_workflow_actions_run_on_node_24(rendered: Rendered) -> None:
+    text = (rendered("python") / ".github/workflows/ci.yml").read_text()
+    used = set(re.findall(r"uses: (actions/[\w-]+@v\d+)", text))
+    assert used == {"actions/checkout@v5", "actions/setup-python@v6", "actions/upload-artifact@v6"}
+
+
+def test_envoy_and_servinglib_admin_ports_differ(rendered: Rendered) -> None:
+    repo = rendered("python")
+    envoy_admin = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())["admin"]
+    servinglib_admin = load_config(repo / "servinglib.yaml", environ={}).admin
+    assert envoy_admin["address"]["socket_address"]["port_value"] != servinglib_admin.port
+    manager = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())["static_resources"][
+        "listeners"
+    ][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["local_reply_config"]["body_format"]["json_format"]["error"] == (
+        "%LOCAL_REPLY_BODY%"
+    )
+
+
+def test_a_first_torch_model_added_later_asks_for_pytorchs_index(tmp_path: Path) -> None:
+    needs_runtime("torch")
+    repo = render(tmp_path)
+    steps = add_model(repo, ModelSpec("surge", "torch")).manual_steps
+    assert [step.split(":", 1)[0] for step in steps] == ["Dockerfile", ".github/workflows/ci.yml"]
+    assert all("https://download.pytorch.org/whl/cpu" in step for step in steps)

@@ -271,7 +271,9 @@ def test_envoy_answers_413_to_a_body_over_8_mib(behind_envoy: str) -> None:
         timeout=30,
     )
     assert answer.status_code == 413
-    assert answer.text == "Payload Too Large"  # Envoy's own answer, not the app's JSON error
+    # Envoy's own answer, in the app's JSON error shape (local_reply_config)
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["error"] == "Payload Too Large"
     assert "x-envoy-upstream-service-time" not in answer.headers
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -107,6 +109,35 @@ def test_admin_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "SERVINGLIB_ADMIN_TOKEN is empty" in result.stderr
+
+
+def test_a_taken_admin_port_is_one_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:  # e.g. Envoy's admin listener in the same pod
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config = admin_service(tmp_path, taken.getsockname()[1])
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "servinglib.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(free_port()),
+                "--workers",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "SERVINGLIB_ADMIN_TOKEN": TOKEN},
+        )
+    assert result.returncode != 0
+    assert "set admin.port in servinglib.yaml to a free port" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_failing_load_promote_and_rollback_under_load_fail_no_request(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -67,7 +68,9 @@ def malformed_bodies(
             ).encode(),
             json_type,
         ),
-        lambda: (json.dumps(good_v2).encode(), {"Content-Type": "text/plain"}),
+        # Any Content-Type is JSON (Triton's rule), but a coding must match the bytes.
+        lambda: (json.dumps(good_v2).encode(), {"Content-Encoding": "gzip"}),
+        lambda: (gzip.compress(b"\0" * (64 * 1024 * 1024)), {"Content-Encoding": "gzip"}),
         lambda: (
             json.dumps(good_v2).encode(),
             {"Inference-Header-Content-Length": str(rng.randrange(-5, 10**6))},

@@ -125,6 +125,11 @@ def test_agreement_metrics_match_a_hand_computation(tmp_path: Path, start_server
             "shadow_executor: {max_concurrency: 2, max_queue: 1000}\n",
         )
     )
+    # Before any request, the configured pair's dropped counter is there, at 0 (gunicorn's
+    # multiprocess metrics included), so "nothing dropped" is a series, not an absence.
+    dropped = metric_values(server.url, "servinglib_shadow_dropped_total")
+    assert [dict(key)["shadow_version"] for key in dropped] == ["4"]
+    assert list(dropped.values()) == [0.0]
     statuses = Counter(
         status for status, _ in run_requests(server.url, [float(x) for x in range(100)])
     )

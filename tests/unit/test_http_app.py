@@ -146,9 +146,10 @@ def test_probes(client: FlaskClient) -> None:
     assert client.get("/livez").status_code == 200
     ready = client.get("/readyz")
     assert ready.status_code == 200
-    assert client.get("/v2/health/live").status_code == 200
-    assert client.get("/v2/health/ready").status_code == 200
-    assert client.get("/v2/health/ready").data == b""
+    live = client.get("/v2/health/live")
+    assert (live.status_code, live.get_json()) == (200, {"live": True})
+    ready_v2 = client.get("/v2/health/ready")
+    assert (ready_v2.status_code, ready_v2.get_json()) == (200, {"ready": True})
 
 
 def test_models_listing_shows_failure_reasons(client: FlaskClient) -> None:
@@ -180,6 +181,8 @@ def test_v2_metadata_config_and_readiness(client: FlaskClient) -> None:
     assert client.get("/v2/models/nope/ready").status_code == 404
     config = client.get("/v2/models/scorer/config").get_json()
     assert config["max_batch_size"] == 0
+    assert "dynamic_batching" not in config
+    assert (config["platform"], config["backend"]) == ("", "python")
     assert config["version_policy"] == {"specific": {"versions": [1, 2, 3, 4]}}
 
 
@@ -240,8 +243,22 @@ def test_v2_errors(client: FlaskClient) -> None:
     assert bad.status_code == 400
     assert bad.get_json()["error"].startswith("inputs[0] ('x').shape")
     assert client.post("/v2/models/nope/infer", json={"inputs": []}).status_code == 404
-    wrong_type = client.post("/v2/models/echo/infer", data=b"x", content_type="text/plain")
-    assert wrong_type.status_code == 415
+    # Any content type: without Inference-Header-Content-Length the body is JSON.
+    labelled = client.post(
+        "/v2/models/echo/infer",
+        data=json.dumps(
+            {"inputs": [{"name": "a", "shape": [1], "datatype": "INT32", "data": [7]}]}
+        ),
+        content_type="application/octet-stream",
+    )
+    assert labelled.status_code == 200, labelled.get_json()
+    not_json = client.post("/v2/models/echo/infer", data=b"x", content_type="text/plain")
+    assert not_json.status_code == 400
+    unknown_coding = client.post(
+        "/v2/models/echo/infer", data=b"{}", headers={"Content-Encoding": "br"}
+    )
+    assert unknown_coding.status_code == 415
+    assert "'br' is not supported" in unknown_coding.get_json()["error"]
     header = client.post(
         "/v2/models/echo/infer", data=b"{}", headers={"Inference-Header-Content-Length": "x"}
     )
@@ -350,3 +367,27 @@ def test_envoy_deadline_header_gives_504(tmp_path: Path) -> None:
         headers={"x-envoy-expected-rq-timeout-ms": "5000"},
     )
     assert fine.status_code == 200
+
+
+def test_v2_infer_compressed_both_ways(client: FlaskClient) -> None:
+    import gzip
+    import zlib
+
+    body = json.dumps(
+        {"inputs": [{"name": "a", "shape": [3], "datatype": "FP64", "data": [1.5, 2, 3]}]}
+    ).encode()
+    for coding, packed in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        response = client.post(
+            "/v2/models/echo/infer",
+            data=packed,
+            headers={"Content-Encoding": coding, "Accept-Encoding": coding},
+        )
+        assert response.status_code == 200, response.data
+        assert response.headers["Content-Encoding"] == coding
+        assert "Accept-Encoding" in response.headers["Vary"]
+        answer = (
+            gzip.decompress(response.data) if coding == "gzip" else zlib.decompress(response.data)
+        )
+        assert json.loads(answer)["outputs"][0]["data"] == [1.5, 2.0, 3.0]
+    plain = client.post("/v2/models/echo/infer", data=body)
+    assert "Content-Encoding" not in plain.headers

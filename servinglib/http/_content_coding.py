@@ -1,0 +1,149 @@
+"""HTTP content codings of Open Inference bodies: gzip and deflate, both ways.
+
+Triton's clients compress requests (``Content-Encoding: gzip`` or ``deflate``) and ask for
+compressed answers (``Accept-Encoding``). These functions are transport-neutral: they take
+header values and bytes, and raise :class:`ContentCodingError` carrying the HTTP status.
+
+The body-size limit applies to the *decoded* size, and decoding stops as soon as it is
+passed, so a small compressed body cannot expand into gigabytes (a "zip bomb").
+
+Example::
+
+    body = decode_body(raw, headers.get("Content-Encoding"), limit=8 * 1024 * 1024)
+    coding = response_coding(headers.get("Accept-Encoding"))
+    if coding:
+        payload = encode_body(payload, coding)
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from servinglib.errors import InvalidInputError
+
+__all__ = ["CODINGS", "ContentCodingError", "decode_body", "encode_body", "response_coding"]
+
+# Codings servinglib decodes and encodes, in the order it prefers them for answers.
+CODINGS = ("gzip", "deflate")
+_ALIASES = {"x-gzip": "gzip"}
+_CHUNK = 64 * 1024
+
+
+class ContentCodingError(InvalidInputError):
+    """A request body that cannot be decoded; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
+    """The body with every coding of ``Content-Encoding`` undone (last applied, first undone).
+
+    Raises:
+        ContentCodingError: 415 for a coding other than gzip, deflate or identity; 400 for
+            data that is not valid in its coding; 413 when the decoded body passes ``limit``.
+    """
+    names = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    for coding in reversed([_ALIASES.get(name, name) for name in names]):
+        if coding == "identity":
+            continue
+        if coding not in CODINGS:
+            raise ContentCodingError(
+                f"Content-Encoding {coding!r} is not supported; send gzip, deflate or an "
+                "uncompressed body",
+                415,
+            )
+        body = _inflate(body, coding, limit)
+    return body
+
+
+def response_coding(accept_encoding: str | None) -> str | None:
+    """The coding to compress an answer with, from ``Accept-Encoding`` (None: send as is).
+
+    Follows RFC 9110: ``q=0`` refuses a coding, ``*`` stands for any coding not named, and
+    among acceptable codings the highest q wins (gzip before deflate on a tie).
+    """
+    if not accept_encoding:
+        return None
+    weights: dict[str, float] = {}
+    for item in accept_encoding.split(","):
+        name, _, params = item.strip().partition(";")
+        name = _ALIASES.get(name.strip().lower(), name.strip().lower())
+        if name:
+            weights[name] = _quality(params)
+    best: tuple[float, str] | None = None
+    for coding in CODINGS:
+        q = weights.get(coding, weights.get("*", 0.0))
+        if q > 0 and (best is None or q > best[0]):
+            best = (q, coding)
+    return None if best is None else best[1]
+
+
+def encode_body(body: bytes, coding: str) -> bytes:
+    """``body`` compressed with ``coding`` (one of :data:`CODINGS`), at a fast level."""
+    if coding == "gzip":
+        compressor = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    elif coding == "deflate":
+        compressor = zlib.compressobj(1, zlib.DEFLATED, zlib.MAX_WBITS)
+    else:
+        raise ValueError(f"unknown coding {coding!r}; use one of {CODINGS}")
+    return compressor.compress(body) + compressor.flush()
+
+
+def _quality(params: str) -> float:
+    for param in params.split(";"):
+        key, _, value = param.strip().partition("=")
+        if key.strip().lower() == "q":
+            try:
+                return min(1.0, max(0.0, float(value)))
+            except ValueError:
+                return 0.0
+    return 1.0
+
+
+def _inflate(data: bytes, coding: str, limit: int) -> bytes:
+    """Decompress one coding, never producing more than ``limit`` bytes."""
+    try:
+        if coding == "gzip":
+            return _inflate_members(data, 16 + zlib.MAX_WBITS, limit)
+        try:
+            return _inflate_members(data, zlib.MAX_WBITS, limit)  # RFC 9110: zlib format
+        except zlib.error:
+            return _inflate_members(data, -zlib.MAX_WBITS, limit)  # raw deflate, as sent by some
+    except zlib.error as e:
+        raise ContentCodingError(
+            f"the body is not valid {coding} data ({e}); compress it with {coding} or drop "
+            "the Content-Encoding header",
+            400,
+        ) from None
+
+
+def _inflate_members(data: bytes, wbits: int, limit: int) -> bytes:
+    """Every member of a (possibly concatenated) stream, stopping past ``limit`` bytes."""
+    out = bytearray()
+    while data:
+        inflater = zlib.decompressobj(wbits)
+        chunk = inflater.decompress(data, _CHUNK)
+        while True:
+            out += chunk
+            if len(out) > limit:
+                raise _too_large(limit)
+            if not inflater.unconsumed_tail:
+                break
+            chunk = inflater.decompress(inflater.unconsumed_tail, _CHUNK)
+        out += inflater.flush()
+        if not inflater.eof:
+            raise zlib.error("the stream ends before its last block")
+        data = inflater.unused_data if wbits > 0 and wbits & 16 else b""
+    if len(out) > limit:
+        raise _too_large(limit)
+    return bytes(out)
+
+
+def _too_large(limit: int) -> ContentCodingError:
+    return ContentCodingError(
+        f"the decompressed body is larger than the limit of {limit} bytes "
+        "(server.max_request_body_bytes); send a smaller body",
+        413,
+    )

@@ -1,0 +1,101 @@
+"""The Triton model configuration of a servinglib model (``/v2/models/{m}/config``).
+
+Triton's tools read this document to drive a model: ``perf_analyzer -b N`` refuses a model
+whose ``max_batch_size`` is 0, and generates input shapes from ``dims`` (without the batch
+dimension when ``max_batch_size`` > 0). So the document must say what the server does:
+
+- ``max_batch_size`` and ``dynamic_batching`` come from the model's ``batching:`` settings
+  (0 and no block when the model does not batch);
+- ``platform`` / ``backend`` name the runtime: ONNX Runtime, TorchScript, or a Python class;
+- with batching, ``dims`` leave out the leading batch dimension. Tensors whose declared
+  shape starts with -1 (runtime models) carry their rows already; for the other models
+  (Python classes that answer one item per call) the server splits a leading batch
+  dimension into rows, one batcher request each (see :func:`splits_rows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from servinglib.batching import BatchPolicy
+from servinglib.model import TensorSpec
+
+__all__ = ["splits_rows", "tensor_metadata", "triton_model_config"]
+
+# platform of the runtime -> (Triton platform, Triton backend)
+_RUNTIMES = {
+    "onnxruntime_onnx": ("onnxruntime_onnx", "onnxruntime"),
+    "pytorch_libtorch": ("pytorch_libtorch", "pytorch"),
+}
+_TRITON_TYPES = {"BYTES": "TYPE_STRING"}
+
+
+def splits_rows(inputs: Sequence[TensorSpec], batching: BatchPolicy | None) -> bool:
+    """True when a batching model's inputs have no batch dimension of their own.
+
+    Then a request may add one (``[b, *shape]``, b <= max_batch_size) and the server answers
+    each row as its own request, batched with everyone else's.
+    """
+    return (
+        batching is not None
+        and bool(inputs)
+        and not all(spec.shape and spec.shape[0] == -1 for spec in inputs)
+    )
+
+
+def tensor_metadata(spec: TensorSpec, rows: bool) -> dict[str, Any]:
+    """A tensor of ``/v2/models/{m}`` metadata; ``rows``: the model splits a batch dimension.
+
+    Triton's metadata of a batching model shows the batch dimension as a leading -1 (its
+    tools drop it again when ``max_batch_size`` > 0), so a row-splitting model declares it.
+    """
+    shape = [-1, *spec.shape] if rows else list(spec.shape)
+    return {"name": spec.name, "datatype": spec.datatype, "shape": shape}
+
+
+def triton_model_config(
+    name: str,
+    instance: object,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
+    batching: BatchPolicy | None,
+    versions: list[str],
+    default_version: str,
+) -> dict[str, Any]:
+    """Triton's ``model_config`` JSON for one model, true to its runtime and batching."""
+    runtime = getattr(instance, "platform", "")
+    platform, backend = _RUNTIMES.get(runtime if isinstance(runtime, str) else "", ("", "python"))
+    split = splits_rows(inputs, batching)
+
+    def tensor(spec: TensorSpec) -> dict[str, Any]:
+        dims = list(spec.shape)
+        if batching is not None and not split and dims and dims[0] == -1:
+            dims = dims[1:]  # the batch dimension is implied by max_batch_size
+        data_type = _TRITON_TYPES.get(spec.datatype, f"TYPE_{spec.datatype}")
+        return {"name": spec.name, "data_type": data_type, "dims": dims}
+
+    policy: dict[str, Any] = (
+        {"specific": {"versions": [int(v) for v in versions]}}
+        if all(v.isdigit() for v in versions)
+        else {"all": {}}
+    )
+    config: dict[str, Any] = {
+        "name": name,
+        "platform": platform,
+        "backend": backend,
+        "max_batch_size": 0 if batching is None else batching.max_batch_size,
+        "input": [tensor(spec) for spec in inputs],
+        "output": [tensor(spec) for spec in outputs],
+        "version_policy": policy,
+        "instance_group": [{"name": name, "kind": "KIND_CPU", "count": 1}],
+        "parameters": {"servinglib_default_version": {"string_value": default_version}},
+    }
+    if batching is not None:
+        config["dynamic_batching"] = {
+            "preferred_batch_size": list(batching.preferred_batch_sizes),
+            "max_queue_delay_microseconds": batching.max_queue_delay_us,
+            "preserve_ordering": batching.preserve_ordering,
+            "default_queue_policy": {"max_queue_size": batching.max_queue_size},
+        }
+    return config

@@ -1,0 +1,1 @@
+"""Client programs run in environments of their own (KServe's SDK)."""

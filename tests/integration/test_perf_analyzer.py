@@ -1,0 +1,133 @@
+"""Triton's ``perf_analyzer``, unchanged, against the examples served by servinglib.
+
+``-b 4`` needs a truthful model configuration (``max_batch_size`` > 0) and, for MiniLM (a
+Python model whose input has no batch dimension), requests of 4 rows answered row by row;
+the concurrency sweep needs every request of every model to succeed. MiniLM is served from
+its FP32 export (version 1, built here in seconds), not the INT8 optimize run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT, LiveServer, launch, stop
+from tests.integration._tools import perf_analyzer
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = REPO_ROOT / "examples"
+# Short windows, a bounded number of trials, any spread accepted: the point is that every
+# request succeeds, not a stable figure (benchmarks/ measures those).
+QUICK = ["-p", "300", "--max-trials", "3", "--stability-percentage", "999"]
+
+
+MINILM = EXAMPLES / "sentence-embeddings"
+HAS_MINILM = all(importlib.util.find_spec(p) for p in ("torch", "transformers", "tokenizers"))
+EXPORT = f"""
+import sys
+from pathlib import Path
+from servinglib.testing import import_file
+prepare = import_file(Path({str(MINILM / "prepare.py")!r}))
+destination = Path(sys.argv[1])
+prepare.export_fp32(destination / "model.onnx")
+(destination / "tokenizer.json").write_bytes((prepare.model_dir() / "tokenizer.json").read_bytes())
+"""
+
+
+def _minilm(root: Path, entry: dict[str, Any]) -> None:
+    """Version 1 of the MiniLM example (FP32 ONNX export) in ``root``; ``entry`` serves it."""
+    repository = root / "sentence-embeddings" / "models" / "minilm"
+    (repository / "1").mkdir(parents=True)
+    shutil.copy(MINILM / "models" / "minilm" / "model.py", repository / "model.py")
+    shutil.copy(MINILM / "models" / "minilm" / "1" / "test_data.json", repository / "1")
+    subprocess.run(
+        [sys.executable, "-c", EXPORT, str(repository / "1")],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    entry.update(
+        {
+            "class": "sentence-embeddings/models/minilm/model.py:SentenceEmbedder",
+            "repository": "sentence-embeddings/models/minilm",
+            "default_version": "1",
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Every example model, without the example's shadows, canary and prediction log."""
+    config = yaml.safe_load((EXAMPLES / "servinglib.yaml").read_text())
+    names = ("breast-cancer", "digits", "minilm") if HAS_MINILM else ("breast-cancer", "digits")
+    models = [m for m in config["models"] if m["name"] in names]
+    root = tmp_path_factory.mktemp("examples")
+    for example in ("breast-cancer", "digits-classifier"):  # paths stay inside the config's dir
+        shutil.copytree(EXAMPLES / example / "models", root / example / "models")
+    for model in models:
+        model.pop("shadow", None)
+        model.pop("traffic", None)
+        if model["name"] == "minilm":
+            _minilm(root, model)
+    path = root / "servinglib.yaml"
+    path.write_text(yaml.safe_dump({"service": "examples", "models": models}, sort_keys=False))
+    server = launch(path, root, "--workers", "1")
+    yield server
+    stop(server.process)
+
+
+def _perf(server: LiveServer, model: str, *extra: str) -> str:
+    command, env = perf_analyzer()
+    result = subprocess.run(
+        [
+            *command,
+            "-m",
+            model,
+            "-u",
+            server.url.removeprefix("http://"),
+            "-i",
+            "http",
+            *QUICK,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _needs(model: str) -> None:
+    if model == "minilm" and not HAS_MINILM:
+        pytest.skip("the MiniLM example needs torch, transformers and tokenizers to export")
+
+
+@pytest.mark.parametrize("model", ["digits", "minilm"])
+def test_batched_models_with_b4_and_a_concurrency_sweep(
+    examples_server: LiveServer, model: str
+) -> None:
+    _needs(model)
+    out = _perf(examples_server, model, "-b", "4", "--concurrency-range", "1:8:2")
+    for concurrency in (1, 3, 5, 7):
+        assert f"Concurrency: {concurrency}, throughput:" in out, out
+
+
+@pytest.mark.parametrize("model", ["breast-cancer", "digits", "minilm"])
+def test_every_example_model_under_a_concurrency_sweep(
+    examples_server: LiveServer, model: str
+) -> None:
+    _needs(model)
+    out = _perf(examples_server, model, "--concurrency-range", "1:4:3")
+    assert "Concurrency: 4, throughput:" in out, out

@@ -1,0 +1,103 @@
+"""Request decoding and response encoding by HTTP content coding (gzip, deflate)."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+
+from servinglib.http._content_coding import (
+    ContentCodingError,
+    decode_body,
+    encode_body,
+    response_coding,
+)
+
+BODY = b'{"inputs": [{"name": "x", "shape": [3], "datatype": "FP32", "data": [1, 2, 3]}]}' * 50
+
+
+@pytest.mark.parametrize(
+    ("header", "encoded"),
+    [
+        (None, BODY),
+        ("identity", BODY),
+        ("gzip", gzip.compress(BODY)),
+        ("x-gzip", gzip.compress(BODY)),
+        ("GZIP", gzip.compress(BODY)),
+        ("deflate", zlib.compress(BODY)),
+        ("gzip, deflate", zlib.compress(gzip.compress(BODY))),  # applied left to right
+    ],
+)
+def test_decodes_each_coding(header: str | None, encoded: bytes) -> None:
+    assert decode_body(encoded, header, limit=len(BODY)) == BODY
+
+
+def test_raw_deflate_is_accepted_too() -> None:
+    raw = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    assert decode_body(raw.compress(BODY) + raw.flush(), "deflate", limit=len(BODY)) == BODY
+
+
+def test_concatenated_gzip_members_are_one_body() -> None:
+    halves = gzip.compress(BODY[:100]) + gzip.compress(BODY[100:])
+    assert decode_body(halves, "gzip", limit=len(BODY)) == BODY
+
+
+def test_zip_bomb_stops_at_the_limit() -> None:
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 MiB of zeros in ~64 KiB
+    assert len(bomb) < 100_000
+    with pytest.raises(ContentCodingError, match="decompressed body is larger than") as caught:
+        decode_body(bomb, "gzip", limit=1024 * 1024)
+    assert caught.value.status == 413
+
+
+def test_limit_is_exact() -> None:
+    assert decode_body(gzip.compress(BODY), "gzip", limit=len(BODY)) == BODY
+    with pytest.raises(ContentCodingError):
+        decode_body(gzip.compress(BODY), "gzip", limit=len(BODY) - 1)
+
+
+@pytest.mark.parametrize(
+    ("header", "data", "status", "message"),
+    [
+        ("br", BODY, 415, "'br' is not supported"),
+        ("gzip", BODY, 400, "not valid gzip data"),
+        ("deflate", b"\x00\x01garbage", 400, "not valid deflate data"),
+        ("gzip", gzip.compress(BODY)[:-20], 400, "not valid gzip data"),
+    ],
+)
+def test_bad_codings_name_the_problem(header: str, data: bytes, status: int, message: str) -> None:
+    with pytest.raises(ContentCodingError, match=message) as caught:
+        decode_body(data, header, limit=10 * len(BODY))
+    assert caught.value.status == status
+
+
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("identity", None),
+        ("gzip", "gzip"),
+        ("deflate", "deflate"),
+        ("gzip, deflate", "gzip"),
+        ("deflate;q=1, gzip;q=0.5", "deflate"),
+        ("gzip;q=0", None),
+        ("*", "gzip"),
+        ("*;q=0.2, gzip;q=0", "deflate"),
+        ("br", None),
+        ("gzip;q=bogus, deflate", "deflate"),
+    ],
+)
+def test_response_coding_follows_accept_encoding(accept: str | None, expected: str | None) -> None:
+    assert response_coding(accept) == expected
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_encode_round_trips(coding: str) -> None:
+    assert decode_body(encode_body(BODY, coding), coding, limit=len(BODY)) == BODY
+
+
+def test_encode_refuses_unknown_coding() -> None:
+    with pytest.raises(ValueError, match="unknown coding 'br'"):
+        encode_body(BODY, "br")

@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
+    from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
+
+    add_batch_parser(commands)
     return parser
 
 
@@ -104,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.config)
         if args.command == "admin":
             return _admin(args)
+        if args.command == "batch-predict":
+            from servinglib.batch.cli import run as run_batch
+
+            return run_batch(args)
         if args.command == "optimize":
             from servinglib.optimize.cli import run as run_optimize
 

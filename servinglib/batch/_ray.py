@@ -8,6 +8,8 @@ engine, and Ray Data keeps the input order, so both engines write the same rows.
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -68,8 +70,12 @@ def run_ray(
     """Score ``source`` on a Ray cluster (``job.address``, or a new local one)."""
     ray = _import_ray()
     started = time.monotonic()
+    # A new local cluster gets one CPU for reading and writing beyond the actors, which
+    # would otherwise hold every CPU of a small machine while read tasks wait for one.
+    local_cpus = max(os.cpu_count() or 1, math.ceil(job.workers * job.cpus_per_worker) + 1)
     ray.init(
         address=job.address,
+        num_cpus=None if job.address else local_cpus,
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
@@ -102,7 +108,7 @@ def run_ray(
         finished = time.monotonic()
     finally:
         ray.shutdown()
-    written = sorted(out.path.glob("part-*"))
+    written = sorted(p for p in out.path.iterdir() if not p.name.startswith(("_", ".")))
     table = (
         ds.dataset([str(p) for p in written], format="parquet").to_table(columns=["error"])
         if out.format == "parquet"

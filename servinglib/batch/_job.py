@@ -39,8 +39,6 @@ def _check_options(job: BatchJob) -> None:
         problems.append(f"--batch-size {job.batch_size}: use 1 or more")
     if not 0.0 <= job.max_error_rate <= 1.0:
         problems.append(f"--max-error-rate {job.max_error_rate}: use a share from 0 to 1")
-    if job.engine == "ray" and job.resume:
-        problems.append("--resume works with the local engine; Ray Data retries failed tasks")
     if job.resume and job.overwrite:
         problems.append("--resume and --overwrite exclude each other")
     if problems:
@@ -102,14 +100,8 @@ def predict(job: BatchJob) -> BatchSummary:
         "layout": layout.to_dict(),
     }
     out = OutputDirectory(job.output, job.output_format)
-    if job.engine == "ray":
-        from servinglib.batch._ray import run_ray
-
-        out.start(description, resume=False, overwrite=job.overwrite)
-        summary = run_ray(job, source, layout, batch_size, record.version, out)
-    else:
-        out.start(description, resume=job.resume, overwrite=job.overwrite)
-        summary = _run_local(job, source, config, record, layout, batch_size, out)
+    out.start(description, resume=job.resume, overwrite=job.overwrite)
+    summary = _run(job, source, config, record, layout, batch_size, out)
     out.write_manifest(
         {
             "job": description,
@@ -124,7 +116,7 @@ def predict(job: BatchJob) -> BatchSummary:
     return summary
 
 
-def _run_local(
+def _run(
     job: BatchJob,
     source: InputSource,
     config: ServiceConfig,
@@ -160,18 +152,32 @@ def _run_local(
         _judge(job, progress.rows, progress.errors, final=False)
 
     started = time.monotonic()
+    startup_s = 0.0
     try:
-        run_local(spec, pending, scorer, advance)
+        if job.engine == "ray":
+            from servinglib.batch._ray import run_ray
+
+            startup_s = run_ray(
+                spec,
+                pending,
+                advance,
+                address=job.address,
+                cpus_per_worker=job.cpus_per_worker,
+                show_progress=job.progress,
+            )
+        else:
+            run_local(spec, pending, scorer, advance)
     finally:
         progress.close()
     return BatchSummary(
         model=record.model,
         version=record.version,
-        engine="local",
+        engine=job.engine,
         rows=progress.rows,
         errors=progress.errors,
         seconds=time.monotonic() - started,
         output=out.path,
         files=[out.part_path(unit.index) for unit in source.units],
         resumed_rows=initial[0],
+        startup_s=startup_s,
     )

@@ -65,11 +65,7 @@ class OutputDirectory:
         manifest = self.path / MANIFEST
         if overwrite and self.path.is_dir():
             for child in self.path.iterdir():
-                if child.is_file() and (
-                    child.name == MANIFEST
-                    or child.name.startswith(".part-")
-                    or child.suffix in (".parquet", ".jsonl", ".json")
-                ):
+                if child.name == MANIFEST or child.name.startswith(("part-", ".part-")):
                     child.unlink()
         if manifest.is_file():
             if not resume:

@@ -1,7 +1,11 @@
 """Rows of a record batch -> the ``features`` a model receives, under the online JSON rules.
 
 Columns become the keys of ``features`` (struct columns nested objects, lists arrays), or
-one column holds each row's features as JSON text (``--features-column``). What an online
+one column holds each row's features as JSON text (``--features-column``). Lists arrive as
+Python lists, as from JSON; with ``numpy_lists`` (``--numpy-lists``), numeric list columns
+without nulls arrive as NumPy arrays instead (views into the column, as the Open Inference
+endpoint hands tensors in): converting them to Python lists can cost more than a vectorised
+model takes to answer, but only models that accept arrays may use it. What an online
 request could not carry is refused per row, as ``/infer`` refuses it with 400: NaN and
 Infinity, nesting deeper than ``server.max_json_depth``, JSON text longer than
 ``server.max_request_body_bytes``.
@@ -31,6 +35,7 @@ class FeatureSpec:
     features_column: str | None = None
     max_json_depth: int = 64
     max_json_bytes: int = 8 * 1024 * 1024
+    numpy_lists: bool = False
 
 
 @dataclass
@@ -43,16 +48,20 @@ class FeatureRows:
     columns: dict[str, pa.Array]  # the feature columns, for columnar validation
 
 
+def _is_list(datatype: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_list(datatype)
+        or pa.types.is_large_list(datatype)
+        or pa.types.is_fixed_size_list(datatype)
+    )
+
+
 def _depth(datatype: pa.DataType) -> int:
     if pa.types.is_struct(datatype):
         return 1 + max(
             (_depth(datatype.field(i).type) for i in range(datatype.num_fields)), default=0
         )
-    if (
-        pa.types.is_list(datatype)
-        or pa.types.is_large_list(datatype)
-        or pa.types.is_fixed_size_list(datatype)
-    ):
+    if _is_list(datatype):
         return 1 + _depth(datatype.value_type)
     return 0
 
@@ -62,11 +71,7 @@ def _json_like(datatype: pa.DataType) -> bool:
         return _json_like(datatype.value_type)
     if pa.types.is_struct(datatype):
         return all(_json_like(datatype.field(i).type) for i in range(datatype.num_fields))
-    if (
-        pa.types.is_list(datatype)
-        or pa.types.is_large_list(datatype)
-        or pa.types.is_fixed_size_list(datatype)
-    ):
+    if _is_list(datatype):
         return _json_like(datatype.value_type)
     return bool(
         pa.types.is_integer(datatype)
@@ -130,11 +135,7 @@ def non_finite_rows(array: pa.Array) -> np.ndarray:
         for i in range(datatype.num_fields):
             mask |= non_finite_rows(pc.struct_field(array, [i]))
         return mask
-    if (
-        pa.types.is_list(datatype)
-        or pa.types.is_large_list(datatype)
-        or pa.types.is_fixed_size_list(datatype)
-    ):
+    if _is_list(datatype):
         inner = non_finite_rows(pc.list_flatten(array))
         mask = np.zeros(len(array), dtype=bool)
         if inner.any():
@@ -151,7 +152,15 @@ def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
         return _from_json_column(batch, spec, ids)
     names = [n for n in batch.schema.names if n != spec.id_column]
     columns = {name: batch.column(name) for name in names}
-    features = batch.select(names).to_pylist()
+    tensors = _tensor_rows(columns) if spec.numpy_lists else {}
+    plain = [n for n in names if n not in tensors]
+    features = batch.select(plain).to_pylist() if plain else [{} for _ in range(batch.num_rows)]
+    if tensors:
+        for name, rows in tensors.items():
+            for row, value in zip(features, rows, strict=True):
+                row[name] = value
+        if len(names) > 1:  # keep the column order of the input
+            features = [{n: f[n] for n in names} for f in features]
     errors: list[str | None] = [None] * batch.num_rows
     for name, column in columns.items():
         bad = non_finite_rows(column)
@@ -161,6 +170,44 @@ def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
                 "cannot carry; send a number or null"
             )
     return FeatureRows(ids, features, errors, columns)
+
+
+def _tensor_rows(columns: dict[str, pa.Array]) -> dict[str, list[np.ndarray]]:
+    """One NumPy view per row of each numeric list column without nulls (the rest: none)."""
+    views: dict[str, list[np.ndarray]] = {}
+    for name, column in columns.items():
+        rows = _views(column)
+        if rows is not None:
+            views[name] = rows
+    return views
+
+
+def _values(array: pa.Array) -> np.ndarray | None:
+    """``array`` as an n-dimensional NumPy array (fixed-size lists nest), or None."""
+    if array.null_count:
+        return None
+    datatype = array.type
+    if pa.types.is_integer(datatype) or pa.types.is_floating(datatype):
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    if pa.types.is_fixed_size_list(datatype):
+        inner = _values(array.flatten())
+        if inner is None:
+            return None
+        return inner.reshape(len(array), datatype.list_size, *inner.shape[1:])
+    return None
+
+
+def _views(column: pa.Array) -> list[np.ndarray] | None:
+    if not (_is_list(column.type) and len(column)) or column.null_count:
+        return None
+    if pa.types.is_fixed_size_list(column.type):
+        values = _values(column)
+        return None if values is None else list(values)
+    inner = _values(column.flatten())
+    if inner is None:
+        return None
+    offsets = np.asarray(column.offsets.to_numpy()) - column.offsets[0].as_py()
+    return [inner[offsets[i] : offsets[i + 1]] for i in range(len(column))]
 
 
 def _from_json_column(batch: pa.RecordBatch, spec: FeatureSpec, ids: Sequence[Any]) -> FeatureRows:

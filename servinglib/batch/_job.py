@@ -47,7 +47,7 @@ def _check_options(job: BatchJob) -> None:
 
 def _layout(job: BatchJob, source: InputSource, record: VersionRecord) -> OutputLayout:
     schema = ds.dataset(list(source.files), format=source.format).schema
-    features = FeatureSpec(job.id_column, job.features_column)
+    features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
     check_input_schema(schema, features, job.input)
     id_type = str(schema.field(job.id_column).type) if job.id_column else None
     example = first_selftest_output(record)
@@ -96,6 +96,7 @@ def predict(job: BatchJob) -> BatchSummary:
         "output_format": "jsonl" if job.output_format == "jsonl" else "parquet",
         "id_column": job.id_column,
         "features_column": job.features_column,
+        "numpy_lists": job.numpy_lists,
         "batch_size": batch_size,
         "layout": layout.to_dict(),
     }
@@ -132,8 +133,8 @@ def _run(
             done[unit.index] = stats
     initial = (sum(s.rows for s in done.values()), sum(s.errors for s in done.values()))
     pending = [unit for unit in source.units if unit.index not in done]
-    features = FeatureSpec(job.id_column, job.features_column)
-    scorer = scorer_for(config, record, features, layout)
+    features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
+    scorer = scorer_for(config, record, features, layout, batch_size)
     spec = WorkerSpec(
         job.config,
         job.model,
@@ -166,7 +167,7 @@ def _run(
                 show_progress=job.progress,
             )
         else:
-            run_local(spec, pending, scorer, advance)
+            startup_s = run_local(spec, pending, scorer, advance)
     finally:
         progress.close()
     return BatchSummary(
@@ -175,7 +176,8 @@ def _run(
         engine=job.engine,
         rows=progress.rows,
         errors=progress.errors,
-        seconds=time.monotonic() - started,
+        # local workers report when they are loaded; Ray's start-up ends with its first part
+        seconds=time.monotonic() - started - (startup_s if job.engine == "local" else 0.0),
         output=out.path,
         files=[out.part_path(unit.index) for unit in source.units],
         resumed_rows=initial[0],

@@ -54,7 +54,11 @@ def first_selftest_output(record: VersionRecord) -> Any:
 
 
 def scorer_for(
-    config: ServiceConfig, record: VersionRecord, features: FeatureSpec, layout: OutputLayout
+    config: ServiceConfig,
+    record: VersionRecord,
+    features: FeatureSpec,
+    layout: OutputLayout,
+    batch_size: int,
 ) -> BatchScorer:
     """Wrap a READY version to score record batches under the server's input limits."""
     assert record.instance is not None
@@ -65,7 +69,13 @@ def scorer_for(
         max_json_bytes=config.server.max_request_body_bytes,
     )
     return BatchScorer(
-        record.instance, record.model, record.version, features, layout, model_config.input_schema
+        record.instance,
+        record.model,
+        record.version,
+        features,
+        layout,
+        model_config.input_schema,
+        batch_size,
     )
 
 
@@ -76,7 +86,8 @@ def load_scorer(
     workers: int,
     features: FeatureSpec,
     layout: OutputLayout,
+    batch_size: int,
 ) -> BatchScorer:
     """Load the version (self-tests first) and wrap it to score record batches."""
     config, record = load_version(config_path, model, version, workers)
-    return scorer_for(config, record, features, layout)
+    return scorer_for(config, record, features, layout, batch_size)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from servinglib.batch._spec import BatchAbortedError
 __all__ = ["WorkerSpec", "run_local", "score_unit"]
 
 ProgressCallback = Callable[[int, int], None]
+CHUNK_ROWS = 8192  # rows read, validated, laid out and written at a time
 
 
 def score_unit(
@@ -40,8 +42,10 @@ def score_unit(
 ) -> PartStats:
     """Score one work unit and write its part; ``progress(rows, errors)`` after each batch."""
 
+    chunk = batch_size * max(1, CHUNK_ROWS // batch_size)  # whole model batches per chunk
+
     def tables() -> Iterator[pa.Table]:
-        for batch in source.batches(unit, batch_size):
+        for batch in source.batches(unit, chunk):
             table = scorer.score(batch)
             progress(len(table), _errors(table))
             yield table
@@ -77,7 +81,13 @@ def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
     parent = os.getppid()
     try:
         scorer = load_scorer(
-            spec.config, spec.model, spec.version, spec.workers, spec.features, spec.layout
+            spec.config,
+            spec.model,
+            spec.version,
+            spec.workers,
+            spec.features,
+            spec.layout,
+            spec.batch_size,
         )
     except Exception as e:
         results.put(("failed", f"worker {os.getpid()} could not load the model: {e}"))
@@ -88,6 +98,7 @@ def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
             os._exit(1)
         results.put(("progress", rows, errors))
 
+    results.put(("ready",))
     while (index := tasks.get()) is not None:
         unit = spec.source.units[index]
         try:
@@ -103,8 +114,12 @@ def run_local(
     pending: Sequence[WorkUnit],
     scorer: BatchScorer,
     progress: ProgressCallback,
-) -> None:
+) -> float:
     """Score ``pending`` units: in-process with one worker, else in ``spec.workers`` processes.
+
+    Returns:
+        Seconds until every worker process had loaded and self-tested the version (0 when
+        scoring in this process): the start-up cost, apart from scoring.
 
     Raises:
         BatchAbortedError: a worker failed or died; parts already written are kept.
@@ -112,7 +127,9 @@ def run_local(
     if spec.workers <= 1 or len(pending) <= 1:
         for unit in pending:
             score_unit(spec.source, unit, scorer, spec.out, spec.batch_size, progress)
-        return
+        return 0.0
+    started = time.monotonic()
+    startup_s = 0.0
     context = multiprocessing.get_context("spawn")
     tasks: Any = context.Queue()
     results: Any = context.Queue()
@@ -128,7 +145,7 @@ def run_local(
     for process in processes:
         process.start()
     try:
-        remaining = len(pending)
+        remaining, loading = len(pending), count
         while remaining:
             try:
                 message = results.get(timeout=1.0)
@@ -144,10 +161,15 @@ def run_local(
                 progress(message[1], message[2])
             elif message[0] == "done":
                 remaining -= 1
+            elif message[0] == "ready":
+                loading -= 1
+                if not loading:
+                    startup_s = time.monotonic() - started
             else:
                 raise BatchAbortedError(f"{message[1]}; rerun with --resume once fixed")
         for process in processes:
             process.join()
+        return startup_s
     finally:
         for process in processes:
             if process.is_alive():

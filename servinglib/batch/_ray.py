@@ -45,7 +45,13 @@ class _UnitScorer:
         configure_logging("error")
         self._spec = spec
         self._scorer = load_scorer(
-            spec.config, spec.model, spec.version, spec.workers, spec.features, spec.layout
+            spec.config,
+            spec.model,
+            spec.version,
+            spec.workers,
+            spec.features,
+            spec.layout,
+            spec.batch_size,
         )
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[int]]:

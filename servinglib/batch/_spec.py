@@ -28,6 +28,7 @@ class BatchJob:
         output_format: parquet or jsonl.
         id_column: an input column carried to the output, not passed as a feature.
         features_column: a column holding each row's features as JSON text.
+        numpy_lists: numeric list columns reach the model as NumPy arrays, not lists.
         batch_size: rows per ``predict_batch``; ``batching.max_batch_size`` when None.
         workers: worker processes (local) or actors (Ray), each loading the model once.
         max_error_rate: the share of error rows beyond which the job stops.
@@ -49,6 +50,7 @@ class BatchJob:
     output_format: str = "parquet"
     id_column: str | None = None
     features_column: str | None = None
+    numpy_lists: bool = False
     batch_size: int | None = None
     workers: int = 1
     max_error_rate: float = 0.01
@@ -73,11 +75,11 @@ class BatchSummary:
     output: Path
     files: list[Path] = field(default_factory=list)
     resumed_rows: int = 0
-    startup_s: float = 0.0
+    startup_s: float = 0.0  # local: workers loaded; Ray: cluster up to the first part written
 
     @property
     def rows_per_s(self) -> float:
-        """Rows scored by this run per second of scoring (resumed rows excluded)."""
+        """Rows scored by this run per second of scoring (resumed rows and start-up excluded)."""
         return (self.rows - self.resumed_rows) / self.seconds if self.seconds > 0 else 0.0
 
     def describe(self) -> str:
@@ -92,5 +94,5 @@ class BatchSummary:
         if self.resumed_rows:
             lines.insert(1, f"resumed: {self.resumed_rows:,} rows were already written")
         if self.startup_s:
-            lines.insert(1, f"start-up (cluster and actors): {self.startup_s:.1f} s")
+            lines.insert(1, f"start-up: {self.startup_s:.1f} s")
         return "\n".join(lines)

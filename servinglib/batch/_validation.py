@@ -99,6 +99,12 @@ def _suspect(array: pa.Array, schema: Mapping[str, Any]) -> np.ndarray | None:
     return mask
 
 
+def _plain(features: Any) -> Any:
+    if isinstance(features, Mapping):
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in features.items()}
+    return features
+
+
 class BatchValidator:
     """Validates the features of a batch against ``input_schema`` (None: every row passes)."""
 
@@ -138,7 +144,8 @@ class BatchValidator:
     ) -> list[str | None]:
         """One message per row (None: valid), worded as ``/infer`` words its 400 answers.
 
-        Rows whose ``skip`` entry is already an error are not validated again.
+        Rows whose ``skip`` entry is already an error are not validated again. jsonschema
+        sees each row as JSON would carry it: NumPy arrays as lists.
         """
         out: list[str | None] = list(skip)
         if self._validator is None:
@@ -147,7 +154,9 @@ class BatchValidator:
         for row in np.flatnonzero(suspects).tolist():
             if out[row] is not None:
                 continue
-            error = jsonschema.exceptions.best_match(self._validator.iter_errors(features[row]))
+            error = jsonschema.exceptions.best_match(
+                self._validator.iter_errors(_plain(features[row]))
+            )
             if error is not None:
                 path = [str(p) for p in error.absolute_path]
                 where = "features." + ".".join(path) if path else "features"

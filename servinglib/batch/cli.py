@@ -32,6 +32,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output-format", choices=["parquet", "jsonl"], default="parquet")
     parser.add_argument("--id-column", help="input column carried to the output")
     parser.add_argument("--features-column", help="input column holding the features as JSON")
+    parser.add_argument(
+        "--numpy-lists",
+        action="store_true",
+        help="pass numeric list columns as NumPy arrays (models that accept arrays only)",
+    )
     parser.add_argument("--batch-size", type=int, help="rows per predict_batch call")
     parser.add_argument("--workers", type=int, default=1, help="processes or Ray actors")
     parser.add_argument(
@@ -66,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         output_format=args.output_format,
         id_column=args.id_column,
         features_column=args.features_column,
+        numpy_lists=args.numpy_lists,
         batch_size=args.batch_size,
         workers=args.workers,
         max_error_rate=args.max_error_rate,

@@ -98,14 +98,15 @@ def _reference(schema: dict[str, Any], features: dict[str, Any]) -> str | None:
     return f"invalid input: {where}: {error.message}"
 
 
+@pytest.mark.parametrize("numpy_lists", [False, True])
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-def test_columnar_verdicts_equal_jsonschema_row_by_row(name: str) -> None:
+def test_columnar_verdicts_equal_jsonschema_row_by_row(name: str, numpy_lists: bool) -> None:
     schema = SCHEMAS[name]
     rows = _rows(name, random.Random(name))
     batch = pa.RecordBatch.from_pylist(rows)
-    features = rows_to_features(batch, FeatureSpec())
+    features = rows_to_features(batch, FeatureSpec(numpy_lists=numpy_lists))
     got = BatchValidator(schema).errors(features.features, features.columns, features.errors)
-    expected = [_reference(schema, row) for row in features.features]
+    expected = [_reference(schema, row) for row in rows]  # as JSON requests carry them
     assert got == expected
     assert any(e is None for e in got)
     assert any(e is not None for e in got)
@@ -146,3 +147,22 @@ def test_a_json_features_column_follows_the_json_parser_rules() -> None:
     assert "deeper than 4" in rows.errors[2]
     assert rows.errors[3] is not None
     assert "not valid JSON" in rows.errors[3]
+
+
+def test_numpy_lists_are_views_with_the_values_of_the_lists() -> None:
+    rows = [{"v": [1.0, 2.0], "m": [[1, 2], [3, 4]], "s": "a"}, {"v": [3.0], "m": [], "s": "b"}]
+    schema = pa.schema(
+        [
+            ("v", pa.list_(pa.float64())),
+            ("m", pa.list_(pa.list_(pa.int64(), 2))),
+            ("s", pa.string()),
+        ]
+    )
+    batch = pa.RecordBatch.from_pylist(rows, schema)
+    features = rows_to_features(batch, FeatureSpec(numpy_lists=True)).features
+    assert [list(f) for f in features] == [["v", "m", "s"], ["v", "m", "s"]]
+    assert [
+        {k: v.tolist() if hasattr(v, "tolist") else v for k, v in f.items()} for f in features
+    ] == rows
+    assert features[0]["m"].shape == (2, 2)
+    assert features[1]["m"].shape == (0, 2)

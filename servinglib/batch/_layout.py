@@ -48,6 +48,8 @@ def _typed(value: Any) -> pa.DataType | None:
         inner = datatype
         while pa.types.is_list(inner):
             inner = inner.value_type
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            return datatype  # an integer array stays integer: its dtype is fixed by the model
         if pa.types.is_floating(inner) or pa.types.is_integer(inner):
             return _widen(datatype)
     return None
@@ -166,7 +168,9 @@ class OutputLayout:
             )
         datatype = _type(type_name)
         try:
-            column = pa.array(values, datatype)
+            column = _stacked(values, datatype)
+            if column is None:
+                column = pa.array(values, datatype)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             try:
                 column = pa.array([to_plain(v) for v in values], datatype)
@@ -208,6 +212,27 @@ class OutputLayout:
         except TypeError as e:
             errors[row] = errors[row] or f"output error: {name} is not JSON serialisable: {e}"
         return None
+
+
+def _stacked(values: list[Any], datatype: pa.DataType) -> pa.Array | None:
+    """A list column from same-shaped NumPy arrays in one copy (None rows: zeros, nulled later)."""
+    arrays = [v for v in values if v is not None]
+    if not (pa.types.is_list(datatype) and arrays) or not all(
+        isinstance(v, np.ndarray) for v in arrays
+    ):
+        return None
+    shape = arrays[0].shape
+    if not shape or any(v.shape != shape for v in arrays):
+        return None
+    blank = np.zeros(shape, dtype=arrays[0].dtype)
+    stacked = np.stack([blank if v is None else v for v in values])
+    leaf = datatype
+    while pa.types.is_list(leaf):
+        leaf = leaf.value_type
+    column: pa.Array = pa.array(stacked.reshape(-1)).cast(leaf)
+    for size in reversed(shape):
+        column = pa.FixedSizeListArray.from_arrays(column, size)
+    return column.cast(datatype)
 
 
 def _short(value: Any) -> str:

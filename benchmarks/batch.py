@@ -74,10 +74,12 @@ from servinglib.monitoring.logs import configure_logging
 configure_logging("error")
 args = json.loads(sys.argv[1])
 summary = predict(BatchJob(**args))
+# VmHWM, not ru_maxrss: ru_maxrss survives fork and exec, so it would report the parent's peak
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
 print(json.dumps({
     "rows": summary.rows, "rows_per_s": summary.rows_per_s, "seconds": summary.seconds,
     "startup_s": summary.startup_s,
-    "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "rss_mib": peak / 1024,
     "child_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
 }))
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,12 @@ def test_inputs_json_cannot_carry_are_refused_up_front(tmp_path: Path) -> None:
         predict(_job(tmp_path, path))
     with pytest.raises(ConfigError, match="no column 'key'"):
         predict(_job(tmp_path, path, id_column="key"))
+
+
+def test_the_ray_engine_without_ray_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    source = _parquet(tmp_path / "in.parquet", _rows(10))
+    with pytest.raises(ConfigError, match=r"pip install 'servinglib\[ray\]'"):
+        predict(_job(tmp_path, source, engine="ray"))

@@ -18,7 +18,8 @@ from typing import Any
 
 from servinglib.batch._local import WorkerSpec, score_unit
 from servinglib.batch._source import WorkUnit
-from servinglib.errors import ConfigError
+from servinglib.batch._spec import BatchAbortedError
+from servinglib.errors import ConfigError, ServinglibError
 
 __all__ = ["run_ray"]
 
@@ -114,10 +115,18 @@ def run_ray(
             compute=ray.data.ActorPoolStrategy(size=min(spec.workers, len(pending))),
             num_cpus=cpus_per_worker,
         )
-        for row in results.iter_rows():
-            if first_done is None:
-                first_done = time.monotonic()
-            progress(int(row["rows"]), int(row["errors"]))
+        try:
+            for row in results.iter_rows():
+                if first_done is None:
+                    first_done = time.monotonic()
+                progress(int(row["rows"]), int(row["errors"]))
+        except ServinglibError:
+            raise  # the error rate, judged by ``progress``
+        except Exception as e:  # an actor failed to load, or a unit to score
+            raise BatchAbortedError(
+                f"the Ray job failed: {e}; parts already written are kept, fix the cause and "
+                "rerun with --resume"
+            ) from e
     finally:
         ray.shutdown()
     return (first_done or time.monotonic()) - started

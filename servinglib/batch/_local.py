@@ -71,24 +71,28 @@ class WorkerSpec:
     out: OutputDirectory
     batch_size: int
 
+    def load_scorer(self) -> BatchScorer:
+        """In a worker process or actor: quiet logs, load and self-test, wrap for scoring."""
+        from servinglib.batch._loading import load_scorer
+        from servinglib.monitoring.logs import configure_logging
+
+        configure_logging("error")
+        return load_scorer(
+            self.config,
+            self.model,
+            self.version,
+            self.workers,
+            self.features,
+            self.layout,
+            self.batch_size,
+        )
+
 
 def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
     """Body of one worker process: load once, then score units until told to stop."""
-    from servinglib.batch._loading import load_scorer
-    from servinglib.monitoring.logs import configure_logging
-
-    configure_logging("error")
     parent = os.getppid()
     try:
-        scorer = load_scorer(
-            spec.config,
-            spec.model,
-            spec.version,
-            spec.workers,
-            spec.features,
-            spec.layout,
-            spec.batch_size,
-        )
+        scorer = spec.load_scorer()
     except Exception as e:
         results.put(("failed", f"worker {os.getpid()} could not load the model: {e}"))
         return

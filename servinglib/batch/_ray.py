@@ -40,20 +40,8 @@ class _UnitScorer:
     """One Ray actor: loads the version (self-tests first) once, then scores work units."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from servinglib.batch._loading import load_scorer
-        from servinglib.monitoring.logs import configure_logging
-
-        configure_logging("error")
         self._spec = spec
-        self._scorer = load_scorer(
-            spec.config,
-            spec.model,
-            spec.version,
-            spec.workers,
-            spec.features,
-            spec.layout,
-            spec.batch_size,
-        )
+        self._scorer = spec.load_scorer()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[int]]:
         spec = self._spec

@@ -149,6 +149,8 @@ class OutputLayout:
         for row, output in enumerate(outputs):
             if errors[row] is not None:
                 continue
+            if type(output) is dict and keys.issuperset(output):
+                continue  # the common case, without the cost of an ABC isinstance check
             if not isinstance(output, Mapping):
                 errors[row] = (
                     f"output error: the model returned {type(output).__name__}, not an object"

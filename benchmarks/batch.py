@@ -182,7 +182,7 @@ def main() -> None:
         f"{bc1['rows_per_s'] / results['bc_limit']:.2f}x the limit | {bc1['rss_mib']:,.0f} MiB |",
         f"| breast-cancer | local, 2 workers | {bc2['rows_per_s']:,.0f} | "
         f"{bc2['rows_per_s'] / bc1['rows_per_s']:.2f}x 1 worker | "
-        f"{bc2['rss_mib']:,.0f} + {bc2['child_rss_mib']:,.0f} MiB per worker |",
+        f"{bc2['rss_mib']:,.0f} + {bc2['child_rss_mib']:,.0f} MiB (largest worker) |",
         f"| digits | in-process `predict_batch` limit | {results['dg_limit']:,.0f} | - | - |",
         f"| digits | local, 1 worker | {dg1['rows_per_s']:,.0f} | "
         f"{dg1['rows_per_s'] / results['dg_limit']:.2f}x the limit | {dg1['rss_mib']:,.0f} MiB |",
@@ -197,7 +197,7 @@ def main() -> None:
     if "bc_ray" in results:
         ray_run = results["bc_ray"]
         lines.append(
-            f"| breast-cancer | Ray engine, new local cluster, 2 actors | "
+            f"| breast-cancer | Ray engine, new local cluster, 2 actors (end to end) | "
             f"{ray_run['rows_per_s']:,.0f} | {ray_run['rows_per_s'] / bc2['rows_per_s']:.2f}x "
             f"local with 2 workers; fixed start-up {ray_run['startup_s']:.1f} s | - |"
         )

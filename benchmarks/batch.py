@@ -143,7 +143,12 @@ def main() -> None:
     parser.add_argument("--skip-ray", action="store_true")
     parser.add_argument("--no-docs", action="store_true", help="print, do not write the docs")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="servinglib-batch-bench-"))
+    with tempfile.TemporaryDirectory(prefix="servinglib-batch-bench-") as work:
+        run(args, Path(work))
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    """Every scenario, with inputs and outputs under ``work``; prints and writes the table."""
     lines: list[str] = []
     results: dict[str, Any] = {}
 

@@ -39,7 +39,14 @@ from typing import Any, Protocol
 
 from servinglib.errors import DeadlineExceededError, OverloadedError, ServinglibError
 
-__all__ = ["Arrival", "BatchFunction", "BatchListener", "BatchPolicy", "DynamicBatcher"]
+__all__ = [
+    "Arrival",
+    "BatchFunction",
+    "BatchListener",
+    "BatchPolicy",
+    "DynamicBatcher",
+    "run_isolating",
+]
 
 log = logging.getLogger("servinglib.batching")
 
@@ -344,24 +351,13 @@ class DynamicBatcher:
             self._run_isolating(live, run_batch)
 
     def _run_isolating(self, items: list[_Item], run_batch: BatchFunction) -> None:
-        try:
-            outputs = run_batch([item.payload for item in items])
-            if len(outputs) != len(items):
-                raise RuntimeError(
-                    f"predict_batch returned {len(outputs)} results for {len(items)} inputs"
-                )
-        except BaseException as e:
-            if len(items) == 1:
-                self._resolve(items[0], None, e)
-                return
-            middle = len(items) // 2  # bisect: only the poison input ends up failing
-            self._run_isolating(items[:middle], run_batch)
-            self._run_isolating(items[middle:], run_batch)
-            return
-        if self._listener:
-            self._listener.batch_executed(*self._name, len(items))
-        for item, output in zip(items, outputs, strict=True):
-            self._resolve(item, output, None)
+        def executed(size: int) -> None:
+            if self._listener:
+                self._listener.batch_executed(*self._name, size)
+
+        results = run_isolating(run_batch, [item.payload for item in items], executed)
+        for item, (output, error) in zip(items, results, strict=True):
+            self._resolve(item, output, error)
 
     def _resolve(self, item: _Item, output: Any, error: BaseException | None) -> None:
         if not self.policy.preserve_ordering:
@@ -412,3 +408,31 @@ def _settle(item: _Item, output: Any, error: BaseException | None) -> None:
         item.future.set_result(output)
     else:
         item.future.set_exception(error)
+
+
+def run_isolating(
+    run_batch: BatchFunction,
+    payloads: list[Any],
+    executed: Callable[[int], None] | None = None,
+) -> list[tuple[Any, BaseException | None]]:
+    """Run ``payloads`` as one batch; when it raises, bisect so only poison inputs fail.
+
+    Returns one ``(output, None)`` or ``(None, error)`` per payload, in order; ``executed``
+    is told the size of every batch that succeeded.
+    """
+    try:
+        outputs = run_batch(payloads)
+        if len(outputs) != len(payloads):
+            raise RuntimeError(
+                f"predict_batch returned {len(outputs)} results for {len(payloads)} inputs"
+            )
+    except BaseException as e:
+        if len(payloads) == 1:
+            return [(None, e)]
+        middle = len(payloads) // 2  # bisect: only the poison input ends up failing
+        return run_isolating(run_batch, payloads[:middle], executed) + run_isolating(
+            run_batch, payloads[middle:], executed
+        )
+    if executed is not None:
+        executed(len(payloads))
+    return [(output, None) for output in outputs]

@@ -166,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.monitoring.drift_commands import add_parsers as add_drift_parsers
 
     add_drift_parsers(commands, _default_config())
+
+    from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
+
+    add_batch_parser(commands)
     return parser
 
 
@@ -194,6 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.config)
         if args.command == "admin":
             return _admin(args)
+        if args.command == "batch-predict":
+            from servinglib.batch.cli import run as run_batch
+
+            return run_batch(args)
         if args.command == "optimize":
             from servinglib.optimize.cli import run as run_optimize
 

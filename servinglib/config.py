@@ -271,6 +271,7 @@ def resolve_inside(root: Path, relative: str, *, label: str, key_path: str) -> P
 RUNTIME_CLASSES = {
     "onnx": "servinglib.runtimes.onnx:OnnxModel",
     "torch": "servinglib.runtimes.torch:TorchModel",
+    "precomputed": "servinglib.runtimes.precomputed:PrecomputedModel",
 }
 
 
@@ -398,6 +399,13 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     key_path=f"{where}.input_schema",
                 ) from e
         runtime = entry.get("runtime")
+        runtime_options = entry.get("runtime_options", {})
+        if runtime == "precomputed":  # its fallback_class is imported the way `class` is
+            runtime_options = {
+                **runtime_options,
+                "config_root": str(root),
+                "python_path": [str(p) for p in python_path],
+            }
         _check_routed_versions(entry, repository, label, where)
         routing = entry.get("routing_key", {})
         models.append(
@@ -405,7 +413,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 name=name,
                 class_ref=RUNTIME_CLASSES[runtime] if runtime else entry["class"],
                 runtime=runtime,
-                runtime_options=entry.get("runtime_options", {}),
+                runtime_options=runtime_options,
                 inputs=_tensors(entry.get("inputs", [])),
                 outputs=_tensors(entry.get("outputs", [])),
                 repository=repository,

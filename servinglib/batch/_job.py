@@ -1,0 +1,185 @@
+"""Run a batch job: check the options, load and self-test the version, score, summarise."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow.dataset as ds
+
+from servinglib.batch._features import FeatureSpec, check_input_schema
+from servinglib.batch._layout import OutputLayout
+from servinglib.batch._loading import (
+    DEFAULT_BATCH_SIZE,
+    first_selftest_output,
+    load_version,
+    scorer_for,
+)
+from servinglib.batch._local import WorkerSpec, run_local
+from servinglib.batch._parts import OutputDirectory, PartStats
+from servinglib.batch._progress import Progress
+from servinglib.batch._source import InputSource, open_input
+from servinglib.batch._spec import BatchAbortedError, BatchJob, BatchSummary
+from servinglib.config import ServiceConfig
+from servinglib.errors import ConfigError
+from servinglib.registry import VersionRecord
+
+__all__ = ["BatchSummary", "predict"]
+
+_MIN_ROWS_TO_JUDGE = 1000  # the error rate is judged mid-run only past this many rows
+
+
+def _check_options(job: BatchJob) -> None:
+    problems = []
+    if job.engine not in ("local", "ray"):
+        problems.append(f"--engine {job.engine!r}: use local or ray")
+    if job.workers < 1:
+        problems.append(f"--workers {job.workers}: use 1 or more")
+    if job.batch_size is not None and job.batch_size < 1:
+        problems.append(f"--batch-size {job.batch_size}: use 1 or more")
+    if not 0.0 <= job.max_error_rate <= 1.0:
+        problems.append(f"--max-error-rate {job.max_error_rate}: use a share from 0 to 1")
+    if job.resume and job.overwrite:
+        problems.append("--resume and --overwrite exclude each other")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _layout(job: BatchJob, source: InputSource, record: VersionRecord) -> OutputLayout:
+    schema = ds.dataset(list(source.files), format=source.format).schema
+    features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
+    check_input_schema(schema, features, job.input)
+    id_type = str(schema.field(job.id_column).type) if job.id_column else None
+    example = first_selftest_output(record)
+    return OutputLayout.from_example(example, job.id_column, id_type)
+
+
+def _batch_size(job: BatchJob, config: ServiceConfig) -> int:
+    if job.batch_size is not None:
+        return job.batch_size
+    model = next(m for m in config.models if m.name == job.model)
+    return model.batching.max_batch_size if model.batching else DEFAULT_BATCH_SIZE
+
+
+def _judge(job: BatchJob, rows: int, errors: int, *, final: bool) -> None:
+    if (final or rows >= _MIN_ROWS_TO_JUDGE) and errors > job.max_error_rate * rows:
+        raise BatchAbortedError(
+            f"{errors:,} of {rows:,} rows failed, more than --max-error-rate "
+            f"{job.max_error_rate:g}; read the error column in {job.output} for the causes "
+            f"(then fix them, or raise --max-error-rate and rerun with --resume)"
+        )
+
+
+def predict(job: BatchJob) -> BatchSummary:
+    """Score ``job.input`` with one model version into ``job.output``.
+
+    Example::
+
+        summary = predict(BatchJob("servinglib.yaml", "eta", "rides/", "scores/", workers=2))
+        print(summary.describe())
+
+    Raises:
+        ModelNotReadyError: the version failed to load or a self-test failed; nothing scored.
+        ConfigError: bad options, input or output directory.
+        BatchAbortedError: too many error rows, or a worker failed.
+    """
+    _check_options(job)
+    source = open_input(job.input, job.input_format)
+    config, record = load_version(job.config, job.model, job.version, job.workers)
+    layout = _layout(job, source, record)
+    batch_size = _batch_size(job, config)
+    description: dict[str, Any] = {
+        "model": record.model,
+        "version": record.version,
+        "input": source.fingerprint(),
+        "input_format": source.format,
+        "output_format": "jsonl" if job.output_format == "jsonl" else "parquet",
+        "id_column": job.id_column,
+        "features_column": job.features_column,
+        "numpy_lists": job.numpy_lists,
+        "batch_size": batch_size,
+        "layout": layout.to_dict(),
+    }
+    out = OutputDirectory(job.output, job.output_format)
+    out.start(description, resume=job.resume, overwrite=job.overwrite)
+    summary = _run(job, source, config, record, layout, batch_size, out)
+    out.write_manifest(
+        {
+            "job": description,
+            "complete": True,
+            "engine": summary.engine,
+            "rows": summary.rows,
+            "errors": summary.errors,
+            "files": [f.name for f in summary.files],
+        }
+    )
+    _judge(job, summary.rows, summary.errors, final=True)
+    return summary
+
+
+def _run(
+    job: BatchJob,
+    source: InputSource,
+    config: ServiceConfig,
+    record: VersionRecord,
+    layout: OutputLayout,
+    batch_size: int,
+    out: OutputDirectory,
+) -> BatchSummary:
+    done: dict[int, PartStats] = {}
+    for unit in source.units:
+        stats = out.done(unit.index)
+        if stats is not None:
+            done[unit.index] = stats
+    initial = (sum(s.rows for s in done.values()), sum(s.errors for s in done.values()))
+    pending = [unit for unit in source.units if unit.index not in done]
+    features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
+    scorer = scorer_for(config, record, features, layout, batch_size)
+    spec = WorkerSpec(
+        job.config,
+        job.model,
+        record.version,
+        job.workers,
+        features,
+        layout,
+        source,
+        out,
+        batch_size,
+    )
+    progress = Progress(source.total_rows, enabled=job.progress, initial=initial)
+
+    def advance(rows: int, errors: int) -> None:
+        progress.update(rows, errors)
+        _judge(job, progress.rows, progress.errors, final=False)
+
+    started = time.monotonic()
+    startup_s = 0.0
+    try:
+        if job.engine == "ray":
+            from servinglib.batch._ray import run_ray
+
+            startup_s = run_ray(
+                spec,
+                pending,
+                advance,
+                address=job.address,
+                cpus_per_worker=job.cpus_per_worker,
+                show_progress=job.progress,
+            )
+        else:
+            startup_s = run_local(spec, pending, scorer, advance)
+    finally:
+        progress.close()
+    return BatchSummary(
+        model=record.model,
+        version=record.version,
+        engine=job.engine,
+        rows=progress.rows,
+        errors=progress.errors,
+        # local workers report when they are loaded; Ray's start-up ends with its first part
+        seconds=time.monotonic() - started - (startup_s if job.engine == "local" else 0.0),
+        output=out.path,
+        files=[out.part_path(unit.index) for unit in source.units],
+        resumed_rows=initial[0],
+        startup_s=startup_s,
+    )

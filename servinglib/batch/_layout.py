@@ -1,0 +1,259 @@
+"""The columns of a batch output, fixed before the first row from the self-test outputs.
+
+Every part of a job, whichever engine or worker writes it, has the same schema: the id
+column (when the input has one), one column per top-level output key (numbers, strings,
+booleans and numeric arrays keep their type; anything else is JSON text), ``model``,
+``version`` and ``error`` (null on success). A row whose output breaks that layout, or holds
+NaN or Infinity (which ``/infer`` refuses to send), gets an error instead of an output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from servinglib.batch._features import non_finite_rows
+from servinglib.errors import ConfigError
+from servinglib.jsonbytes import NonFiniteError, dumps, to_plain
+
+__all__ = ["JSON_COLUMNS_KEY", "OUTPUT_COLUMN", "RESERVED", "OutputLayout"]
+
+JSON_COLUMNS_KEY = b"servinglib.json_columns"
+OUTPUT_COLUMN = "output"  # the one column of outputs that are not objects
+RESERVED = ("model", "version", "error")
+
+
+def _typed(value: Any) -> pa.DataType | None:
+    """The Arrow type a self-test output value keeps, or None to store it as JSON text."""
+    plain = to_plain(value)
+    if isinstance(plain, bool):
+        return pa.bool_()
+    if isinstance(plain, int):
+        return pa.int64()
+    if isinstance(plain, float):
+        return pa.float64()
+    if isinstance(plain, str):
+        return pa.string()
+    if isinstance(plain, list) and plain:
+        try:
+            datatype = pa.array([plain]).type
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        inner = datatype
+        while pa.types.is_list(inner):
+            inner = inner.value_type
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            return datatype  # an integer array stays integer: its dtype is fixed by the model
+        if pa.types.is_floating(inner) or pa.types.is_integer(inner):
+            return _widen(datatype)
+    return None
+
+
+def _widen(datatype: pa.DataType) -> pa.DataType:
+    """Integers in numeric arrays become float64: a later row may hold a fraction."""
+    if pa.types.is_list(datatype):
+        return pa.list_(_widen(datatype.value_type))
+    return pa.float64()
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """Output columns and their types; ``None`` marks a column of JSON text."""
+
+    keyed: bool  # outputs are objects: one column per key
+    columns: tuple[tuple[str, str | None], ...]  # (name, Arrow type as text or None)
+    id_column: str | None = None
+    id_type: str | None = None  # an Arrow type alias (pa.type_for_alias)
+
+    @classmethod
+    def from_example(
+        cls, output: Any, id_column: str | None, id_type: str | None = None
+    ) -> OutputLayout:
+        """The layout of outputs like ``output`` (a self-test output)."""
+        if isinstance(output, Mapping):
+            columns = tuple((str(k), _type_name(_typed(v))) for k, v in output.items())
+            clash = [name for name, _ in columns if name in (*RESERVED, id_column)]
+            if clash:
+                raise ConfigError(
+                    f"output key(s) {clash} clash with the columns batch-predict adds "
+                    f"({', '.join(RESERVED)} and the id column); rename them"
+                )
+            return cls(True, columns, id_column, id_type)
+        return cls(False, ((OUTPUT_COLUMN, _type_name(_typed(output))),), id_column, id_type)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the manifest keeps it, Ray actors receive it)."""
+        return {
+            "keyed": self.keyed,
+            "columns": [list(c) for c in self.columns],
+            "id_column": self.id_column,
+            "id_type": self.id_type,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> OutputLayout:
+        """Inverse of :meth:`to_dict`."""
+        columns = tuple((c[0], c[1]) for c in raw["columns"])
+        return cls(raw["keyed"], columns, raw["id_column"], raw.get("id_type"))
+
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of every part."""
+        id_type = pa.type_for_alias(self.id_type) if self.id_type else pa.null()
+        fields = [pa.field(self.id_column, id_type)] if self.id_column else []
+        fields += [pa.field(name, _type(t) if t else pa.string()) for name, t in self.columns]
+        fields += [pa.field(name, pa.string()) for name in RESERVED]
+        json_columns = [name for name, t in self.columns if t is None]
+        return pa.schema(fields, metadata={JSON_COLUMNS_KEY: json.dumps(json_columns).encode()})
+
+    def table(
+        self,
+        ids: pa.Array | None,
+        outputs: Sequence[Any],
+        errors: list[str | None],
+        model: str,
+        version: str,
+    ) -> pa.Table:
+        """The output rows of one batch (``outputs[i]`` is ignored where ``errors[i]`` is set)."""
+        rows = len(errors)
+        if self.keyed:
+            self._check_keys(outputs, errors)
+        schema = self.schema()
+        if self.id_column and ids is not None:
+            ids = ids.cast(schema.field(self.id_column).type)
+        arrays: list[pa.Array] = [ids] if self.id_column and ids is not None else []
+        for name, type_name in self.columns:
+            if self.keyed:
+                values = [None if errors[i] else outputs[i].get(name) for i in range(rows)]
+            else:
+                values = [None if errors[i] else outputs[i] for i in range(rows)]
+            arrays.append(self._column(name, type_name, values, errors))
+        # a later column may have failed a row whose earlier columns were filled: blank them
+        failed = pa.array([e is not None for e in errors], pa.bool_())
+        start = 1 if self.id_column and ids is not None else 0
+        if any(e is not None for e in errors):
+            for j in range(start, len(arrays)):
+                arrays[j] = pc.if_else(failed, pa.scalar(None, arrays[j].type), arrays[j])
+        arrays.append(pa.array([model] * rows, pa.string()))
+        arrays.append(pa.array([version] * rows, pa.string()))
+        arrays.append(pa.array(errors, pa.string()))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    def _check_keys(self, outputs: Sequence[Any], errors: list[str | None]) -> None:
+        keys = {name for name, _ in self.columns}
+        for row, output in enumerate(outputs):
+            if errors[row] is not None:
+                continue
+            if type(output) is dict and keys.issuperset(output):
+                continue  # the common case, without the cost of an ABC isinstance check
+            if not isinstance(output, Mapping):
+                errors[row] = (
+                    f"output error: the model returned {type(output).__name__}, not an object"
+                )
+            elif not keys.issuperset(output):
+                errors[row] = (
+                    f"output error: key(s) {sorted(set(output) - keys)} are not among the keys "
+                    f"of the self-test outputs {sorted(keys)}"
+                )
+
+    def _column(
+        self, name: str, type_name: str | None, values: list[Any], errors: list[str | None]
+    ) -> pa.Array:
+        if type_name is None:
+            return pa.array(
+                [self._json(v, name, i, errors) for i, v in enumerate(values)], pa.string()
+            )
+        datatype = _type(type_name)
+        try:
+            column = _stacked(values, datatype)
+            if column is None:
+                column = pa.array(values, datatype)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            try:
+                column = pa.array([to_plain(v) for v in values], datatype)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                column = self._column_row_by_row(name, datatype, values, errors)
+        for row in np.flatnonzero(non_finite_rows(column)):
+            errors[row] = errors[row] or (
+                f"output error: {name} holds NaN or Infinity, which JSON answers cannot carry"
+            )
+        return column
+
+    @staticmethod
+    def _column_row_by_row(
+        name: str, datatype: pa.DataType, values: list[Any], errors: list[str | None]
+    ) -> pa.Array:
+        kept: list[Any] = []
+        for i, value in enumerate(values):
+            try:
+                pa.array([to_plain(value)], datatype)
+                kept.append(to_plain(value))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                errors[i] = errors[i] or (
+                    f"output error: {name}={_short(value)} is not {datatype} like the "
+                    "self-test outputs"
+                )
+                kept.append(None)
+        return pa.array(kept, datatype)
+
+    @staticmethod
+    def _json(value: Any, name: str, row: int, errors: list[str | None]) -> str | None:
+        if value is None:
+            return None
+        try:
+            return dumps(value).decode()
+        except NonFiniteError:
+            errors[row] = errors[row] or (
+                f"output error: {name} holds NaN or Infinity, which JSON answers cannot carry"
+            )
+        except TypeError as e:
+            errors[row] = errors[row] or f"output error: {name} is not JSON serialisable: {e}"
+        return None
+
+
+def _stacked(values: list[Any], datatype: pa.DataType) -> pa.Array | None:
+    """A list column from same-shaped NumPy arrays in one copy (None rows: zeros, nulled later)."""
+    arrays = [v for v in values if v is not None]
+    if not (pa.types.is_list(datatype) and arrays) or not all(
+        isinstance(v, np.ndarray) for v in arrays
+    ):
+        return None
+    shape = arrays[0].shape
+    if not shape or any(v.shape != shape for v in arrays):
+        return None
+    blank = np.zeros(shape, dtype=arrays[0].dtype)
+    stacked = np.stack([blank if v is None else v for v in values])
+    leaf = datatype
+    while pa.types.is_list(leaf):
+        leaf = leaf.value_type
+    column: pa.Array = pa.array(stacked.reshape(-1)).cast(leaf)
+    for size in reversed(shape):
+        column = pa.FixedSizeListArray.from_arrays(column, size)
+    return column.cast(datatype)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(datatype: pa.DataType | None) -> str | None:
+    return None if datatype is None else str(datatype)
+
+
+_TYPES = {"bool": pa.bool_(), "int64": pa.int64(), "double": pa.float64(), "string": pa.string()}
+
+
+def _type(name: str) -> pa.DataType:
+    """Parse the type names :func:`_typed` produces (``list<item: double>`` nests)."""
+    if name in _TYPES:
+        return _TYPES[name]
+    if name.startswith("list<") and name.endswith(">"):
+        inner = name[len("list<") : -1].split(": ", 1)[-1]
+        return pa.list_(_type(inner))
+    raise ConfigError(f"unknown output column type {name!r} in a batch manifest")

@@ -1,0 +1,93 @@
+"""Load the version a batch job scores with, as a server worker would: self-tests first."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from servinglib.batch._features import FeatureSpec
+from servinglib.batch._layout import OutputLayout
+from servinglib.batch._scoring import BatchScorer
+from servinglib.config import ServiceConfig, load_config
+from servinglib.errors import ModelNotReadyError
+from servinglib.registry import ModelRegistry, VersionRecord, VersionState
+from servinglib.selftest import load_test_data
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "first_selftest_output",
+    "load_scorer",
+    "load_version",
+    "scorer_for",
+]
+
+DEFAULT_BATCH_SIZE = 256  # for models without `batching:`; --batch-size overrides
+
+
+def load_version(
+    config_path: str, model: str, version: str | None, workers: int
+) -> tuple[ServiceConfig, VersionRecord]:
+    """Load one version through the registry: artifacts, ``load()``, self-tests, warm-up.
+
+    Raises:
+        ModelNotReadyError: the version FAILED (a self-test failed, ``load()`` raised ...).
+    """
+    config = load_config(config_path)
+    # ONNX Runtime sizes its threads by cores / workers, as under gunicorn
+    config = dataclasses.replace(config, server=dataclasses.replace(config.server, workers=workers))
+    registry = ModelRegistry(config)
+    record = registry.record(model, version)
+    registry.load_version(registry.model_config(model), record)
+    if record.state is not VersionState.READY:
+        raise ModelNotReadyError(record.model, record.version, record.state.value, record.reason)
+    return config, record
+
+
+def first_selftest_output(record: VersionRecord) -> Any:
+    """What the version answers to its first self-test input (None without self-tests)."""
+    assert record.instance is not None
+    instance = record.instance
+    cases = load_test_data(record.path) + list(instance.self_test_cases())
+    if not cases:
+        return None
+    return instance.predict_batch([instance.prepare(cases[0].input)])[0]
+
+
+def scorer_for(
+    config: ServiceConfig,
+    record: VersionRecord,
+    features: FeatureSpec,
+    layout: OutputLayout,
+    batch_size: int,
+) -> BatchScorer:
+    """Wrap a READY version to score record batches under the server's input limits."""
+    assert record.instance is not None
+    model_config = next(m for m in config.models if m.name == record.model)
+    features = dataclasses.replace(
+        features,
+        max_json_depth=config.server.max_json_depth,
+        max_json_bytes=config.server.max_request_body_bytes,
+    )
+    return BatchScorer(
+        record.instance,
+        record.model,
+        record.version,
+        features,
+        layout,
+        model_config.input_schema,
+        batch_size,
+    )
+
+
+def load_scorer(
+    config_path: str,
+    model: str,
+    version: str | None,
+    workers: int,
+    features: FeatureSpec,
+    layout: OutputLayout,
+    batch_size: int,
+) -> BatchScorer:
+    """Load the version (self-tests first) and wrap it to score record batches."""
+    config, record = load_version(config_path, model, version, workers)
+    return scorer_for(config, record, features, layout, batch_size)

@@ -1,0 +1,181 @@
+"""The local engine: work units scored in this process or in N spawned worker processes.
+
+With one worker the job runs in the calling process, on the version it already loaded and
+self-tested. With more, each worker process (spawned, not forked: ONNX Runtime and torch
+are not fork-safe) loads the version and runs its self-tests once, then takes whole work
+units from a queue and writes their parts itself; the parent only hands out units and
+counts progress. A worker whose parent died (SIGKILL) stops at its next batch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from servinglib.batch._features import FeatureSpec
+from servinglib.batch._layout import OutputLayout
+from servinglib.batch._parts import OutputDirectory, PartStats
+from servinglib.batch._scoring import BatchScorer
+from servinglib.batch._source import InputSource, WorkUnit
+from servinglib.batch._spec import BatchAbortedError
+
+__all__ = ["WorkerSpec", "run_local", "score_unit"]
+
+ProgressCallback = Callable[[int, int], None]
+CHUNK_ROWS = 8192  # rows read, validated, laid out and written at a time
+
+
+def score_unit(
+    source: InputSource,
+    unit: WorkUnit,
+    scorer: BatchScorer,
+    out: OutputDirectory,
+    batch_size: int,
+    progress: ProgressCallback,
+) -> PartStats:
+    """Score one work unit and write its part; ``progress(rows, errors)`` after each batch."""
+
+    chunk = batch_size * max(1, CHUNK_ROWS // batch_size)  # whole model batches per chunk
+
+    def tables() -> Iterator[pa.Table]:
+        for batch in source.batches(unit, chunk):
+            table = scorer.score(batch)
+            progress(len(table), _errors(table))
+            yield table
+
+    return out.write_part(unit.index, scorer.layout.schema(), tables())
+
+
+def _errors(table: pa.Table) -> int:
+    return int(len(table) - table.column("error").null_count)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process needs to load the version and score units (picklable)."""
+
+    config: str
+    model: str
+    version: str
+    workers: int
+    features: FeatureSpec
+    layout: OutputLayout
+    source: InputSource
+    out: OutputDirectory
+    batch_size: int
+
+    def load_scorer(self) -> BatchScorer:
+        """In a worker process or actor: quiet logs, load and self-test, wrap for scoring."""
+        from servinglib.batch._loading import load_scorer
+        from servinglib.monitoring.logs import configure_logging
+
+        configure_logging("error")
+        return load_scorer(
+            self.config,
+            self.model,
+            self.version,
+            self.workers,
+            self.features,
+            self.layout,
+            self.batch_size,
+        )
+
+
+def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
+    """Body of one worker process: load once, then score units until told to stop."""
+    parent = os.getppid()
+    try:
+        scorer = spec.load_scorer()
+    except Exception as e:
+        results.put(("failed", f"worker {os.getpid()} could not load the model: {e}"))
+        return
+
+    def progress(rows: int, errors: int) -> None:
+        if os.getppid() != parent:  # the job was killed: leave the rest to --resume
+            os._exit(1)
+        results.put(("progress", rows, errors))
+
+    results.put(("ready",))
+    while (index := tasks.get()) is not None:
+        unit = spec.source.units[index]
+        try:
+            score_unit(spec.source, unit, scorer, spec.out, spec.batch_size, progress)
+        except Exception as e:
+            results.put(("failed", f"work unit {index} ({unit.path}) failed: {e}"))
+            return
+        results.put(("done", index))
+
+
+def run_local(
+    spec: WorkerSpec,
+    pending: Sequence[WorkUnit],
+    scorer: BatchScorer,
+    progress: ProgressCallback,
+) -> float:
+    """Score ``pending`` units: in-process with one worker, else in ``spec.workers`` processes.
+
+    Returns:
+        Seconds until every worker process had loaded and self-tested the version (0 when
+        scoring in this process): the start-up cost, apart from scoring.
+
+    Raises:
+        BatchAbortedError: a worker failed or died; parts already written are kept.
+    """
+    if spec.workers <= 1 or len(pending) <= 1:
+        for unit in pending:
+            score_unit(spec.source, unit, scorer, spec.out, spec.batch_size, progress)
+        return 0.0
+    started = time.monotonic()
+    startup_s = 0.0
+    context = multiprocessing.get_context("spawn")
+    tasks: Any = context.Queue()
+    results: Any = context.Queue()
+    for unit in pending:
+        tasks.put(unit.index)
+    count = min(spec.workers, len(pending))
+    for _ in range(count):
+        tasks.put(None)
+    processes = [
+        context.Process(target=_worker, args=(spec, tasks, results), daemon=True)
+        for _ in range(count)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        remaining, loading = len(pending), count
+        while remaining:
+            try:
+                message = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in processes if p.exitcode not in (None, 0)]
+                if dead:
+                    raise BatchAbortedError(
+                        f"worker process {dead[0].pid} exited with code {dead[0].exitcode}; "
+                        "fix the cause and rerun with --resume"
+                    ) from None
+                continue
+            if message[0] == "progress":
+                progress(message[1], message[2])
+            elif message[0] == "done":
+                remaining -= 1
+            elif message[0] == "ready":
+                loading -= 1
+                if not loading:
+                    startup_s = time.monotonic() - started
+            else:
+                raise BatchAbortedError(f"{message[1]}; rerun with --resume once fixed")
+        for process in processes:
+            process.join()
+        return startup_s
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+                process.join()

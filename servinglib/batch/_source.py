@@ -1,0 +1,131 @@
+"""Input of a batch job: Parquet, CSV or JSON Lines files, read as a stream with pyarrow.
+
+The input is split into *work units*: one per Parquet row group, one per CSV or JSON Lines
+file. Units are numbered in a fixed order (files sorted by path, row groups in file order),
+so every run of the same job produces the same parts in the same order.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from servinglib.errors import ConfigError
+
+__all__ = ["FORMATS", "InputSource", "WorkUnit", "open_input"]
+
+FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "json",
+    ".json": "json",
+}
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One slice of the input that becomes one output part."""
+
+    index: int
+    path: str
+    row_group: int | None  # None: the whole file (CSV, JSON Lines)
+    rows: int | None  # known up front for Parquet only
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """The input files of a job, their format and their work units."""
+
+    files: tuple[str, ...]
+    format: str
+    units: tuple[WorkUnit, ...]
+
+    @property
+    def total_rows(self) -> int | None:
+        """Rows in the whole input when the format records it (Parquet), else None."""
+        if any(unit.rows is None for unit in self.units):
+            return None
+        return sum(unit.rows or 0 for unit in self.units)
+
+    def fingerprint(self) -> list[dict[str, object]]:
+        """Path, size and modification time of every file: a resumed job must see the same."""
+        return [
+            {"path": f, "size": os.stat(f).st_size, "mtime_ns": os.stat(f).st_mtime_ns}
+            for f in self.files
+        ]
+
+    def batches(self, unit: WorkUnit, batch_size: int) -> Iterator[pa.RecordBatch]:
+        """Record batches of at most ``batch_size`` rows of one unit, in input order."""
+        dataset = ds.dataset(unit.path, format=_file_format(self.format))
+        fragment = next(iter(dataset.get_fragments()))
+        if unit.row_group is not None:
+            assert isinstance(fragment, ds.ParquetFileFragment)
+            fragment = fragment.subset(row_group_ids=[unit.row_group])
+        for batch in fragment.to_batches(batch_size=batch_size, use_threads=False):
+            if batch.num_rows:
+                yield from _split(batch, batch_size)
+
+
+def _split(batch: pa.RecordBatch, size: int) -> Iterator[pa.RecordBatch]:
+    for start in range(0, batch.num_rows, size):
+        yield batch.slice(start, size)
+
+
+def _file_format(name: str) -> ds.FileFormat:
+    if name == "parquet":
+        return ds.ParquetFileFormat()
+    if name == "csv":
+        return ds.CsvFileFormat()
+    return ds.JsonFileFormat()
+
+
+def _expand(spec: str) -> list[str]:
+    path = Path(spec)
+    if path.is_dir():
+        return sorted(
+            str(p)
+            for p in path.rglob("*")
+            if p.is_file() and p.suffix in FORMATS and not p.name.startswith(("_", "."))
+        )
+    if path.is_file():
+        return [str(path)]
+    return sorted(p for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+
+
+def open_input(spec: str, input_format: str | None = None) -> InputSource:
+    """Find the files of ``spec`` (a file, a directory or a glob) and split them into units.
+
+    Raises:
+        ConfigError: nothing matches, the format is unknown or files of several formats mix.
+    """
+    files = _expand(spec)
+    if not files:
+        raise ConfigError(
+            f"no input files match {spec!r}; pass a file, a directory or a glob of "
+            f"{', '.join(sorted(FORMATS))} files"
+        )
+    formats = {input_format} if input_format else {FORMATS.get(Path(f).suffix) for f in files}
+    if None in formats or len(formats) != 1:
+        raise ConfigError(
+            f"cannot tell one input format from {spec!r} (suffixes "
+            f"{sorted({Path(f).suffix for f in files})}); pass --input-format parquet|csv|json"
+        )
+    fmt = str(formats.pop())
+    units: list[WorkUnit] = []
+    for path in files:
+        if fmt == "parquet":
+            fragment = next(iter(ds.dataset(path, format="parquet").get_fragments()))
+            assert isinstance(fragment, ds.ParquetFileFragment)
+            for group in range(fragment.metadata.num_row_groups):
+                rows = fragment.metadata.row_group(group).num_rows
+                units.append(WorkUnit(len(units), path, group, rows))
+        else:
+            units.append(WorkUnit(len(units), path, None, None))
+    return InputSource(tuple(files), fmt, tuple(units))

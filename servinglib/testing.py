@@ -13,7 +13,7 @@ then test a model through the real app, exactly as gunicorn would serve it::
 Fixtures:
     servinglib_config_path: ``servinglib.yaml`` in pytest's root directory; override the
         fixture in a conftest.py to test another file.
-    servinglib_app: the app of :func:`servinglib.http.app.create_app_from_config`, every
+    servinglib_app: the app of :func:`servinglib.serve.app.create_app_from_config`, every
         model loaded and self-tested; built once per test session.
     servinglib_client: a Flask test client of that app.
 """
@@ -86,7 +86,7 @@ def servinglib_config_path(request: pytest.FixtureRequest) -> Path:
 @pytest.fixture(scope="session")
 def servinglib_app(servinglib_config_path: Path) -> Flask:
     """The service's app with every model loaded and self-tested, as a gunicorn worker has it."""
-    from servinglib.http.app import create_app_from_config
+    from servinglib.serve.app import create_app_from_config
 
     return create_app_from_config(servinglib_config_path)
 

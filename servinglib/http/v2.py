@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import logging
-import uuid
-from collections.abc import Callable
 from importlib.metadata import version as package_version
 from typing import Any
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import UnsupportedMediaType
+from flask import Blueprint, Response, current_app, jsonify, request
 
-from servinglib.errors import InvalidInputError, PredictionError
-from servinglib.http._context import mark_inference
-from servinglib.http._payload import envoy_timeout_ms, json_body, model_label, request_priority
-from servinglib.http._v2_codec import decode_request, encode_response
+from servinglib.errors import InvalidInputError
+from servinglib.http._payload import json_body
 from servinglib.model import TensorSpec
-from servinglib.registry import VersionState
-from servinglib.service import InferenceService, run_followups
+from servinglib.service import InferenceService
 
-__all__ = ["HEADER_LENGTH", "v2_blueprint"]
+__all__ = ["v2_blueprint"]
 
+# Inference (POST .../infer) is served by the exchange, before Flask: servinglib.http._exchange.
 v2_blueprint = Blueprint("v2", __name__, url_prefix="/v2")
-log = logging.getLogger("servinglib.http")
 
-HEADER_LENGTH = "Inference-Header-Content-Length"
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 
 _TRITON_TYPES = {"BYTES": "TYPE_STRING"}
@@ -64,10 +56,7 @@ def model_metadata(model: str, version: str | None = None) -> Response:
     """Name, ready versions, platform and tensor signature of a model."""
     service = _service()
     record = service.registry.get(model, version)
-    assert record.instance is not None
-    ready_versions = [
-        r.version for r in service.registry.records(model) if r.state is VersionState.READY
-    ]
+    ready_versions = [r.version for r in service.registry.records(model) if r.ready is not None]
     return jsonify(
         name=model,
         versions=ready_versions,
@@ -82,7 +71,7 @@ def model_metadata(model: str, version: str | None = None) -> Response:
 def model_ready(model: str, version: str | None = None) -> Response:
     """200 when that version (default: the default version) is READY, else 400."""
     record = _service().registry.record(model, version)
-    return _empty(200 if record.state is VersionState.READY else 400)
+    return _empty(200 if record.ready is not None else 400)
 
 
 @v2_blueprint.get("/models/<model>/config")
@@ -91,7 +80,6 @@ def model_config(model: str, version: str | None = None) -> Response:
     """Triton model configuration JSON, so Triton's client tools can drive the model."""
     service = _service()
     record = service.registry.get(model, version)
-    assert record.instance is not None
     versions = [r.version for r in service.registry.records(model)]
     policy: dict[str, Any] = (
         {"specific": {"versions": [int(v) for v in versions]}}
@@ -113,70 +101,6 @@ def model_config(model: str, version: str | None = None) -> Response:
     )
 
 
-@v2_blueprint.post("/models/<model>/infer")
-@v2_blueprint.post("/models/<model>/versions/<version>/infer")
-def model_infer(model: str, version: str | None = None) -> Response:
-    """Run an inference request with JSON or binary tensors."""
-    service = _service()
-    mark_inference("v2", model_label(service, model))
-    service.registry.record(model, version)  # unknown model or version: 404 before parsing
-    header_length = _header_length()
-    mimetype = request.mimetype
-    if header_length is None and mimetype and mimetype != "application/json":
-        raise UnsupportedMediaType(
-            f"content type {mimetype!r} needs the {HEADER_LENGTH} header (binary tensor "
-            "extension); send application/json otherwise"
-        )
-    decoded = decode_request(
-        request.get_data(cache=True),
-        header_length,
-        max_elements=current_app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"],
-        max_depth=current_app.config["SERVINGLIB_MAX_JSON_DEPTH"],
-    )
-    priority = request_priority(decoded.parameters.get("priority"))
-    followups: list[Callable[[], None]] = []
-    prediction = service.infer_tensors(
-        model,
-        decoded.inputs,
-        version,
-        request_id=decoded.id or g.request_id,
-        routing_key=request.headers.get(service.routing_header(model)),
-        timeout_ms=envoy_timeout_ms(request.environ),
-        priority=priority,
-        after_response=followups,
-    )
-    g.version = prediction.version
-    try:
-        if not isinstance(prediction.output, dict):
-            raise TypeError(f"predict() returned {type(prediction.output).__name__}, not a dict")
-        payload, json_length = encode_response(
-            model,
-            version=prediction.version,
-            request_id=decoded.id,
-            outputs=prediction.output,
-            requested=decoded.outputs,
-            binary_default=decoded.binary_output_default,
-        )
-    except (TypeError, ValueError) as e:
-        error_id = uuid.uuid4().hex[:12]
-        log.error(
-            "model %r version %r returned an output the v2 protocol cannot carry (error id %s): "
-            "predict() must return a dict of tensor name -> array-like",
-            model,
-            prediction.version,
-            error_id,
-            exc_info=e,
-        )
-        raise PredictionError(model, prediction.version, error_id) from e
-    if json_length is None:
-        response = Response(payload, 200, mimetype="application/json")
-    else:
-        response = Response(payload, 200, mimetype="application/octet-stream")
-        response.headers[HEADER_LENGTH] = str(json_length)
-    response.call_on_close(lambda: run_followups(followups))  # shadows start after the answer
-    return response
-
-
 @v2_blueprint.post("/repository/index")
 def repository_index() -> Response:
     """Every model version with its state and, when not READY, the reason (Triton shape)."""
@@ -188,23 +112,13 @@ def repository_index() -> Response:
     entries = []
     for name in registry.model_names():
         for record in registry.records(name):
-            if ready_only and record.state is not VersionState.READY:
+            if ready_only and record.ready is None:
                 continue
             entry = {"name": name, "version": record.version, "state": record.state.value}
             if record.reason:
                 entry["reason"] = record.reason
             entries.append(entry)
     return jsonify(entries)
-
-
-def _header_length() -> int | None:
-    raw = request.headers.get(HEADER_LENGTH)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInputError(f"{HEADER_LENGTH} must be an integer, got {raw!r}") from None
 
 
 def _platform(instance: object) -> str:

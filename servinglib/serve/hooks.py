@@ -152,12 +152,20 @@ def post_worker_init(worker: Any) -> None:
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """Worker leaving (after draining requests): flush shadow copies and the prediction log."""
-    app = getattr(worker, "wsgi", None)
-    extensions = getattr(app, "extensions", {})
-    shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
-    if callable(shutdown):
-        shutdown()
+    """Worker leaving (after draining requests): flush shadow copies and the prediction log.
+
+    servinglib's worker classes keep their :class:`~servinglib.worker.Worker` as
+    ``worker.serving``; under a stock gunicorn worker the app of
+    ``servinglib.serve.wsgi:app`` holds the same ``close`` as its shutdown extension.
+    """
+    serving = getattr(worker, "serving", None)
+    if serving is not None:
+        serving.close()
+    else:
+        extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+        shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
+        if callable(shutdown):
+            shutdown()
     from servinglib.monitoring.logs import flush_logs
 
     flush_logs()  # the access-log lines of the last requests

@@ -100,7 +100,7 @@ def test_a_thousand_malformed_bodies_get_4xx_json_and_kill_no_worker(
     fixture_server: LiveServer, protocol: str
 ) -> None:
     url = fixture_server.url + ("/infer" if protocol == "infer" else "/v2/models/echo/infer")
-    pids_before = worker_pids(fixture_server)
+    pids_before = all_workers(fixture_server, 2)
     bodies = malformed_bodies(random.Random(7), 1000, protocol)
 
     def send(item: tuple[bytes, dict[str, str]]) -> tuple[int, str, bool]:
@@ -128,6 +128,16 @@ def worker_pids(server: LiveServer) -> set[int]:
         Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
     )
     return {int(pid) for pid in children}
+
+
+def all_workers(server: LiveServer, count: int, timeout_s: float = 60.0) -> set[int]:
+    """The worker pids once ``count`` are forked (gunicorn forks them one after another, and
+    /readyz answers as soon as the first is up)."""
+    deadline = time.monotonic() + timeout_s
+    while len(pids := worker_pids(server)) < count:
+        assert time.monotonic() < deadline, f"only {len(pids)} of {count} workers started"
+        time.sleep(0.05)
+    return pids
 
 
 def rss_kib(pid: int) -> int:

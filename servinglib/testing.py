@@ -37,6 +37,7 @@ from servinglib.config import load_config
 from servinglib.model import Tolerance
 from servinglib.registry import VersionRecord, VersionState
 from servinglib.selftest import compare_outputs, to_plain
+from servinglib.wire.datatypes import datatype_of, numpy_dtype
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -52,23 +53,6 @@ __all__ = [
     "servinglib_client",
     "servinglib_config_path",
 ]
-
-# NumPy dtype -> Open Inference datatype, for the tensors infer_v2 sends.
-_DATATYPES = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
-_DTYPES = {datatype: dtype for dtype, datatype in _DATATYPES.items()}
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +135,7 @@ def infer_v2(
     tensors = []
     for name, value in inputs.items():
         array = np.asarray(value)
-        datatype = _DATATYPES.get(array.dtype.name, "BYTES")
+        datatype = datatype_of(array)
         tensors.append(
             {
                 "name": name,
@@ -168,7 +152,7 @@ def infer_v2(
         )
     outputs: dict[str, np.ndarray] = {}
     for output in response.get_json()["outputs"]:
-        dtype = _DTYPES.get(output["datatype"], "object")
+        dtype = numpy_dtype(output["datatype"])
         outputs[output["name"]] = np.asarray(output["data"], dtype=dtype).reshape(output["shape"])
     return outputs
 

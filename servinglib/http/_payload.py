@@ -7,7 +7,7 @@ from typing import Any
 from flask import current_app, request
 
 from servinglib.errors import InvalidInputError
-from servinglib.http._json import parse_json
+from servinglib.wire.strict_json import parse_json
 
 __all__ = ["ENVOY_TIMEOUT_HEADER", "envoy_timeout_ms", "json_body", "request_priority"]
 

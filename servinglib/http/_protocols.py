@@ -17,11 +17,11 @@ from typing import Any, Protocol
 from servinglib import jsonbytes
 from servinglib.config import ServerConfig
 from servinglib.errors import InvalidInputError, PredictionError
-from servinglib.http._json import parse_json
 from servinglib.http._payload import request_priority
-from servinglib.http._v2_codec import InferRequest, decode_request, encode_response
 from servinglib.http.errors import HttpError
 from servinglib.service import InferenceRequest, Prediction
+from servinglib.wire.strict_json import parse_json
+from servinglib.wire.v2 import InferRequest, decode_request, encode_response
 
 __all__ = ["HEADER_LENGTH", "Encoded", "Head", "InferProtocol", "JsonProtocol", "V2Protocol"]
 

@@ -231,6 +231,11 @@ def _flatten(data: Any) -> list[Any]:
     return out
 
 
+# Element types JSON numbers decode to (bool is its own type, so true/false never pass).
+_INTEGER = frozenset({int})
+_NUMBER = frozenset({int, float})
+
+
 def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
     flat = _flatten(data)
     count = math.prod(shape)
@@ -249,14 +254,11 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
             raise InvalidInputError(f"{where}: BOOL data must be true/false")
         return np.array(flat, dtype=bool).reshape(shape)
     integer = datatype.startswith(("INT", "UINT"))
-    for v in flat:
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, int | float)
-            or (integer and not isinstance(v, int))
-        ):
-            kind = "integers" if integer else "numbers"
-            raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {v!r}")
+    allowed = _INTEGER if integer else _NUMBER
+    if not allowed.issuperset(map(type, flat)):  # C loops: this runs on the event loop
+        bad = next(v for v in flat if type(v) not in allowed)
+        kind = "integers" if integer else "numbers"
+        raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
     if datatype == "BF16":
         return np.array(flat, dtype=np.float32).reshape(shape)
     dtype = numpy_dtype(datatype)

@@ -101,7 +101,7 @@ def measure(
         try:
             if baseline is not None:
                 servers["baseline"] = start(config, workdir, baseline)
-            for name, server in servers.items():
+            for server in servers.values():
                 for protocol, (path, body, headers) in requests.items():
                     run_hey(protocol, server.url + path, body, 8, 2, headers=headers)  # warm-up
             for round_ in range(rounds):

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from servinglib.batching import BatchFunction, BatchListener, BatchPolicy, DynamicBatcher
-from servinglib.config import ModelConfig
+from servinglib.batching import BatchFunction, BatchListener, DynamicBatcher
+from servinglib.config import BatchPolicy, ModelConfig
 from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotFoundError
 from servinglib.model import Model
 from servinglib.registry import ModelRegistry, ReadyVersion

@@ -12,7 +12,6 @@ import functools
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -279,15 +278,9 @@ class InferenceService:
         except (OverloadedError, DeadlineExceededError):
             raise
         except Exception as e:
-            error_id = uuid.uuid4().hex[:12]
-            log.error(
-                "model %r version %r raised while predicting (error id %s)",
-                ready.model,
-                ready.version,
-                error_id,
-                exc_info=True,
-            )
-            raise PredictionError(ready.model, ready.version, error_id) from e
+            raise PredictionError.logged(
+                ready.model, ready.version, "raised while predicting", e
+            ) from e
 
     def _answered(
         self,

@@ -8,8 +8,6 @@ body becomes an :class:`InferenceRequest`, and how a prediction becomes a body.
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -24,8 +22,6 @@ from servinglib.wire.strict_json import parse_json
 from servinglib.wire.v2 import InferRequest, decode_request, encode_response
 
 __all__ = ["HEADER_LENGTH", "Encoded", "Head", "InferProtocol", "JsonProtocol", "V2Protocol"]
-
-log = logging.getLogger("servinglib.http")
 
 HEADER_LENGTH = "inference-header-content-length"
 _ALLOWED_KEYS = frozenset({"model_id", "version", "features", "priority"})
@@ -228,13 +224,6 @@ def _header_length(raw: str | None) -> int | None:
 
 
 def _unencodable(prediction: Prediction, what: str, error: Exception) -> PredictionError:
-    error_id = uuid.uuid4().hex[:12]
-    log.error(
-        "model %r version %r returned an output %s (error id %s)",
-        prediction.model,
-        prediction.version,
-        what,
-        error_id,
-        exc_info=error,
+    return PredictionError.logged(
+        prediction.model, prediction.version, f"returned an output {what}", error
     )
-    return PredictionError(prediction.model, prediction.version, error_id)

@@ -242,10 +242,10 @@ class InferenceService:
         instance, features = ready.instance, request.inputs
         executor = lane.executor(ready)
         if executor is None:
-            if blocking:
-                return True, _prepare_and_predict(instance, features, deadline, self._clock)
+            if blocking or lane.quick():  # a quick model costs less than the thread hop
+                return True, lane.timed(_prepare_and_predict, instance, features, deadline)
             return False, self._thread_pool().submit(
-                _prepare_and_predict, instance, features, deadline, self._clock
+                lane.timed, _prepare_and_predict, instance, features, deadline
             )
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
             payload = instance.prepare(features)  # validated before it joins a batch

@@ -30,6 +30,7 @@ from servinglib.service import InferenceRequest, InferenceService, Prediction
 __all__ = ["Endpoints", "Exchange", "Reply"]
 
 Header = Callable[[str], str | None]
+Match = tuple[JsonProtocol, str | None, str | None]  # protocol, model and version of a path
 
 
 @dataclass(slots=True)
@@ -65,7 +66,7 @@ class Endpoints:
         self._infer = InferProtocol(server)
         self._v2 = V2Protocol(server)
 
-    def match(self, path: str) -> tuple[JsonProtocol, str | None, str | None] | None:
+    def match(self, path: str) -> Match | None:
         """The protocol, model and version of an inference path; None for any other path."""
         if path == "/infer":
             return self._infer, None, None
@@ -77,9 +78,14 @@ class Endpoints:
                 return self._v2, parts[0], parts[2]
         return None
 
-    def open(self, method: str, path: str, header: Header) -> Exchange | None:
-        """Start the exchange of an inference request; None when ``path`` is not one."""
-        matched = self.match(path)
+    def open(
+        self, method: str, path: str, header: Header, matched: Match | None = None
+    ) -> Exchange | None:
+        """Start the exchange of an inference request; None when ``path`` is not one.
+
+        ``matched``: what :meth:`match` said of ``path``, when the caller asked already.
+        """
+        matched = matched or self.match(path)
         if matched is None:
             return None
         return Exchange(self, matched[0], method, path, header, matched[1], matched[2])

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from servinglib.http._exchange import Endpoints, Reply
+from servinglib.http._exchange import Endpoints, Match, Reply
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.service import run_followups
 
@@ -69,19 +69,20 @@ class AsgiFrontEnd:
         """Serve one ASGI connection scope."""
         kind = scope["type"]
         if kind == "http":
-            if self._endpoints.match(scope["path"]) is not None:
-                await self._infer(scope, receive, send)
+            matched = self._endpoints.match(scope["path"])
+            if matched is not None:
+                await self._infer(scope, receive, send, matched)
             else:
                 await self._wsgi(scope, receive, send)
         elif kind == "lifespan":
             await _lifespan(receive, send)
 
-    async def _infer(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _infer(self, scope: Scope, receive: Receive, send: Send, matched: Match) -> None:
         headers: dict[str, str] = {}
         for raw_name, raw_value in scope["headers"]:
             name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
             headers[name] = headers[name] + "," + value if name in headers else value
-        exchange = self._endpoints.open(scope["method"], scope["path"], headers.get)
+        exchange = self._endpoints.open(scope["method"], scope["path"], headers.get, matched)
         assert exchange is not None  # matched by the caller
         followups: list[Callable[[], None]] = []
         try:

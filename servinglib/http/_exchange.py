@@ -96,22 +96,22 @@ class Exchange:
 
     __slots__ = (
         "_body",
+        "_content_type",
         "_context",
         "_endpoints",
         "_extra",
         "_in_flight",
         "_label",
-        "_model",
         "_outcome",
-        "_version",
-        "content_type",
+        "_path_model",
+        "_path_version",
+        "_status",
         "header",
         "method",
         "path",
         "protocol",
         "request_id",
         "started",
-        "status",
         "timeout_ms",
         "version",
     )
@@ -134,13 +134,13 @@ class Exchange:
         self.header = header
         self.request_id = request_id_from(header(REQUEST_ID_HEADER))
         self.timeout_ms = envoy_timeout_ms(header(ENVOY_TIMEOUT_HEADER))
-        self._model = model
-        self._version = version
+        self._path_model = model
+        self._path_version = version
         self._label = "_unknown"
         self._context: Any = None
-        self.status = 200
+        self._status = 200
         self._body = b""
-        self.content_type = "application/json"
+        self._content_type = "application/json"
         self._extra: tuple[tuple[str, str], ...] = ()
         self._outcome = "success"
         self.version = ""
@@ -158,9 +158,9 @@ class Exchange:
             raise HttpError(
                 405, "The method is not allowed for the requested URL.", (("Allow", "POST"),)
             )
-        if self._model is not None:  # Open Inference: the path names the model
-            self._endpoints.service.lane(self._model).require_version(self._version)
-            self._label = self._model
+        if self._path_model is not None:  # Open Inference: the path names the model
+            self._endpoints.service.lane(self._path_model).require_version(self._path_version)
+            self._label = self._path_model
         content_type = self.header("content-type") or ""
         mimetype = content_type.split(";", 1)[0].strip().lower()
         self.protocol.check_content_type(mimetype, self.header)
@@ -184,7 +184,9 @@ class Exchange:
         Raises:
             InvalidInputError: the body does not follow the protocol.
         """
-        request, self._context = self.protocol.parse(raw, self._model, self._version, self)
+        request, self._context = self.protocol.parse(
+            raw, self._path_model, self._path_version, self
+        )
         if request.model in self._endpoints.service.models:
             self._label = request.model
         return request
@@ -193,7 +195,7 @@ class Exchange:
         """Encode the model's answer."""
         self.version = prediction.version
         encoded: Encoded = self.protocol.encode(prediction, self._context, self.request_id)
-        self._body, self.content_type, self._extra = (
+        self._body, self._content_type, self._extra = (
             encoded.body,
             encoded.content_type,
             encoded.headers,
@@ -202,8 +204,12 @@ class Exchange:
     def failed(self, error: BaseException) -> None:
         """Answer with the error's status and JSON body (never raises)."""
         described = describe(error)
-        self.status, self._body, self._outcome = described.status, described.body, described.outcome
-        self.content_type = "application/json"
+        self._status, self._body, self._outcome = (
+            described.status,
+            described.body,
+            described.outcome,
+        )
+        self._content_type = "application/json"
         self._extra = described.headers
         if described.version:
             self.version = described.version
@@ -221,7 +227,7 @@ class Exchange:
             self.request_id,
             self.method,
             self.path,
-            self.status,
+            self._status,
             elapsed,
             model,
             version,
@@ -229,11 +235,11 @@ class Exchange:
         )
         body = self._body
         headers = [
-            ("Content-Type", self.content_type),
+            ("Content-Type", self._content_type),
             ("Content-Length", str(len(body))),
             (REQUEST_ID_HEADER, self.request_id),
             *self._extra,
         ]
         if version:
             headers.append((VERSION_HEADER, version))
-        return Reply(self.status, headers, body, followups, self._outcome == "shed")
+        return Reply(self._status, headers, body, followups, self._outcome == "shed")

@@ -192,8 +192,10 @@ class InferenceService:
     ) -> Prediction:
         """:meth:`infer` for an event loop: never blocks it while the model runs.
 
-        Batched versions queue the request and await the batch; the others run on the
-        service's thread pool (``server.threads`` threads). Same errors as :meth:`infer`.
+        Batched versions queue the request and await the batch; unbatched ones run on the
+        service's thread pool (``server.threads`` threads), or on the loop itself while
+        their calls stay quicker than a thread hop (:meth:`Lane.quick`). Same errors as
+        :meth:`infer`.
         """
         lane, ready, deadline = self._admit(request)
         started = time.perf_counter()

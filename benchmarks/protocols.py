@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -159,7 +160,7 @@ def main() -> int:
         raise SystemExit(
             f"{MODEL}/model.onnx is missing: run python examples/sentence-embeddings/prepare.py"
         )
-    command = ("python benchmarks/protocols.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/protocols.py " + shlex.join(sys.argv[1:])).strip()
     results = measure(args.seconds, args.rounds, args.baseline)
     block = render(results, command, args.baseline_label)
     if not args.no_docs:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -396,7 +397,7 @@ def main() -> int:
             sections["shadow"] = scenario_shadow(args.seconds, args.repeats, workdir)
         if "overload" in chosen:
             sections["overload"] = scenario_overload(args.overload_seconds, workdir)
-    command = ("python benchmarks/run.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/run.py " + shlex.join(sys.argv[1:])).strip()
     for name, results in sections.items():
         block = render(name, results, command)
         write_docs(name, block)

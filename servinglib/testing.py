@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -76,9 +76,16 @@ def servinglib_app(servinglib_config_path: Path) -> Flask:
 
 
 @pytest.fixture
-def servinglib_client(servinglib_app: Flask) -> FlaskClient:
-    """A test client of :func:`servinglib_app`: requests go through the whole HTTP stack."""
-    return servinglib_app.test_client()
+def servinglib_client(servinglib_app: Flask) -> Iterator[FlaskClient]:
+    """A test client of :func:`servinglib_app`: requests go through the whole HTTP stack.
+
+    The access-log lines of the test's requests are written before the test ends (the log
+    writer batches them), so pytest shows them with the test.
+    """
+    from servinglib.monitoring.logs import flush_logs
+
+    yield servinglib_app.test_client()
+    flush_logs()
 
 
 def assert_selftests_pass(

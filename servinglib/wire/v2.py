@@ -8,6 +8,7 @@ BYTES elements are each a 4-byte little-endian length followed by the bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -218,6 +219,8 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
 def _flatten(data: Any) -> list[Any]:
     if not isinstance(data, list):
         return [data]
+    if list not in map(type, data):  # already flat, as most clients send it (a C loop)
+        return data
     out: list[Any] = []
     stack = [iter(data)]
     while stack:
@@ -263,9 +266,8 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         return np.array(flat, dtype=np.float32).reshape(shape)
     dtype = numpy_dtype(datatype)
     if integer and flat:
-        info = np.iinfo(dtype)
-        low, high = min(flat), max(flat)
-        if low < info.min or high > info.max:
+        lowest, highest = _integer_range(dtype)
+        if min(flat) < lowest or max(flat) > highest:
             raise InvalidInputError(f"{where}: value out of range for {datatype}")
     return np.array(flat, dtype=dtype).reshape(shape)
 
@@ -350,3 +352,9 @@ def _tensor_json(array: np.ndarray, datatype: str, name: str) -> Any:
                 '"parameters": {"binary_data": true}'
             ) from e
     return out
+
+
+@functools.cache
+def _integer_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)

@@ -10,10 +10,11 @@ in benchmarks/minilm.py) answers the same pre-tokenized sentence at concurrency 
   as Triton's HTTP client and ``perf_analyzer`` send them by default;
 * the same with the binary tensor extension, inputs and output as raw bytes.
 
-Runs go round-robin (every protocol sees the same moments of a noisy machine) and the median
-of ``--rounds`` runs is kept. ``--baseline DIR`` adds a second server started from another
-source tree (e.g. ``git archive <commit> | tar -x -C DIR``) to the same rounds, to compare
-a change with what it replaces. Results go to docs/benchmarks.md.
+Runs go round-robin, each round starting with another protocol and alternating the servers;
+each row is the median of ``--rounds`` runs, each ratio the median of the per-round ratios.
+``--baseline DIR`` adds a second server started from another source tree (e.g.
+``git archive <commit> servinglib | tar -x -C DIR``) to the same rounds, to compare a change
+with what it replaces. Results go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -88,13 +90,20 @@ def start(config: Path, workdir: Path, source: Path | None) -> Server:
     return Server(command, port, "/readyz", workdir, env)
 
 
-def measure(
-    seconds: float, rounds: int, baseline: Path | None
-) -> dict[tuple[str, str], LoadResult]:
-    """(server, protocol) -> the median run at concurrency 32."""
+Runs = dict[tuple[str, str], list[LoadResult]]  # (server, protocol) -> one run per round
+
+
+def measure(seconds: float, rounds: int, baseline: Path | None) -> Runs:
+    """Every (server, protocol) once per round at concurrency 32.
+
+    Each round starts with another protocol and alternates the servers, so no protocol is
+    always the one that runs right after another's connections closed, and a slow spell of
+    the machine falls on every setup alike.
+    """
     features = tokens()
     requests = bodies(features)
-    runs: dict[tuple[str, str], list[LoadResult]] = {}
+    protocols = list(requests)
+    runs: Runs = {}
     with tempfile.TemporaryDirectory(prefix="servinglib-protocols-") as tmp:
         workdir = Path(tmp)
         config = servinglib_service(workdir, features)
@@ -106,40 +115,62 @@ def measure(
                 for protocol, (path, body, headers) in requests.items():
                     run_hey(protocol, server.url + path, body, 8, 2, headers=headers)  # warm-up
             for round_ in range(rounds):
-                for name, server in servers.items():
-                    for protocol, (path, body, headers) in requests.items():
-                        label = f"{name}, {protocol}"
+                turn = round_ % len(protocols)
+                for protocol in protocols[turn:] + protocols[:turn]:
+                    names = list(servers) if round_ % 2 == 0 else list(servers)[::-1]
+                    for name in names:
+                        path, body, headers = requests[protocol]
                         result = run_hey(
-                            label, server.url + path, body, CONCURRENCY, seconds, headers=headers
+                            f"{name}, {protocol}",
+                            servers[name].url + path,
+                            body,
+                            CONCURRENCY,
+                            seconds,
+                            headers=headers,
                         )
                         runs.setdefault((name, protocol), []).append(result)
                         print(f"round {round_ + 1}: {result.row()}", flush=True)
         finally:
             for server in servers.values():
                 server.stop()
-    return {key: median_of(results) for key, results in runs.items()}
+    return runs
 
 
-def render(results: dict[tuple[str, str], LoadResult], command: str, baseline: str) -> str:
-    infer = results[("servinglib", "/infer")].rps
+def render(runs: Runs, command: str, baseline: str) -> str:
+    """The table: median run of each setup, and each protocol's ratio to /infer.
+
+    The ratio is the median over rounds of the ratio within a round (the same server, runs
+    a few seconds apart), steadier on a noisy machine than a ratio of medians.
+    """
     lines = [
         "<!-- bench:protocols:start -->",
         "### One model, every protocol: MiniLM INT8 at concurrency 32",
         "",
-        f"`{command}` (median of the rounds; {_machine()}). One server, 2 asyncio workers, "
-        "batching on; the same sentence as `/infer` features, as v2 JSON tensors and as v2 "
-        "binary tensors (output binary too).",
+        f"Command: `{command}`  ",
+        f"Machine: {_machine()}.",
+        "",
+        "One server, 2 asyncio workers, batching on; the same sentence as `/infer` features, "
+        "as v2 JSON tensors and as v2 binary tensors (the output binary too). Each row is "
+        "the median run; *vs /infer* is the median over rounds of the ratio to the same "
+        "server's `/infer` run of that round.",
         "",
         "| server | protocol | requests/s | vs /infer | p50 ms | p95 ms | p99 ms | statuses |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for (server, protocol), r in results.items():
-        label = f"{server} ({baseline})" if server == "baseline" else server
+    for (server, protocol), results in runs.items():
+        r = median_of(results)
+        infer = runs[(server, "/infer")]
+        ratio = statistics.median(a.rps / b.rps for a, b in zip(results, infer, strict=True))
+        label = f"servinglib {baseline}" if server == "baseline" else server
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(r.statuses.items()))
         lines.append(
-            f"| {label} | {protocol} | {r.rps:,.0f} | {r.rps / infer:.2f}x | {r.p50_ms:.2f} | "
+            f"| {label} | {protocol} | {r.rps:,.0f} | {ratio:.2f}x | {r.p50_ms:.2f} | "
             f"{r.p95_ms:.2f} | {r.p99_ms:.2f} | {codes} |"
         )
+    if ("baseline", "/infer") in runs:
+        now, before = runs[("servinglib", "/infer")], runs[("baseline", "/infer")]
+        change = statistics.median(a.rps / b.rps for a, b in zip(now, before, strict=True))
+        lines += ["", f"`/infer` against servinglib {baseline}: **{change:.2f}x**."]
     lines += ["", "<!-- bench:protocols:end -->"]
     return "\n".join(lines)
 
@@ -161,8 +192,8 @@ def main() -> int:
             f"{MODEL}/model.onnx is missing: run python examples/sentence-embeddings/prepare.py"
         )
     command = ("python benchmarks/protocols.py " + shlex.join(sys.argv[1:])).strip()
-    results = measure(args.seconds, args.rounds, args.baseline)
-    block = render(results, command, args.baseline_label)
+    runs = measure(args.seconds, args.rounds, args.baseline)
+    block = render(runs, command, args.baseline_label)
     if not args.no_docs:
         write_docs("protocols", block)
     print(block)

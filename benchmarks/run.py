@@ -141,8 +141,11 @@ def scenario_trivial(
             server = start()
             started[label] = (server, path, body)
             run_hey(label, server.url + path, body, 8, 2)  # warm-up, discarded
-        for _ in range(repeats):
-            for label, (server, path, body) in started.items():
+        labels = list(started)
+        for repeat in range(repeats):  # each repeat starts with another server
+            turn = repeat % len(labels)
+            for label in labels[turn:] + labels[:turn]:
+                server, path, body = started[label]
                 runs[label].append(run_hey(label, server.url + path, body, 8, seconds))
     finally:
         for server, _, _ in started.values():

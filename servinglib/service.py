@@ -175,17 +175,16 @@ class InferenceService:
             DeadlineExceededError: no answer within the deadline.
             PredictionError: the model raised; details are logged under its error id.
         """
-        lane, ready, deadline = self._admit(request)
-        started = time.perf_counter()
-        with self._model_errors(lane, ready):
-            done, value = self._start(lane, ready, request, deadline, blocking=True)
+        call = self._admit(request)
+        with call.model_errors():
+            done, value = self._start(call, request, blocking=True)
             if not done:
                 try:
-                    value = value.result(timeout=self._remaining(deadline))
+                    value = value.result(timeout=call.remaining())
                 except FutureTimeout:
                     value.cancel()
-                    raise _late(ready) from None
-        return self._answered(ready, request, value, started, after_response)
+                    raise call.late() from None
+        return self._answered(call, request, value, after_response)
 
     async def infer_async(
         self, request: InferenceRequest, after_response: list[Callable[[], None]] | None = None
@@ -197,20 +196,18 @@ class InferenceService:
         their calls stay quicker than a thread hop (:meth:`Lane.quick`). Same errors as
         :meth:`infer`.
         """
-        lane, ready, deadline = self._admit(request)
-        started = time.perf_counter()
-        with self._model_errors(lane, ready):
-            done, value = self._start(lane, ready, request, deadline, blocking=False)
+        call = self._admit(request)
+        with call.model_errors():
+            done, value = self._start(call, request, blocking=False)
             if not done:
+                waiting = asyncio.wrap_future(value)
                 try:
-                    value = await asyncio.wait_for(
-                        asyncio.wrap_future(value), self._remaining(deadline)
-                    )
+                    value = await asyncio.wait_for(waiting, call.remaining())
                 except TimeoutError:
-                    raise _late(ready) from None  # wait_for cancelled the queued request
-        return self._answered(ready, request, value, started, after_response)
+                    raise call.late() from None  # wait_for cancelled the queued request
+        return self._answered(call, request, value, after_response)
 
-    def _admit(self, request: InferenceRequest) -> tuple[Lane, ReadyVersion, float]:
+    def _admit(self, request: InferenceRequest) -> _Call:
         """The one admission path: the lane, deadline and version, once the input passes."""
         lane = self.lane(request.model)
         deadline = lane.deadline(request.timeout_ms)
@@ -221,28 +218,17 @@ class InferenceService:
             key = lane.routing_key(request.routing_key, request.inputs)
             ready = lane.route(request.version, key)
             lane.validate(request.inputs)
-        return lane, ready, deadline
+        return _Call(lane, ready, deadline, self._clock)
 
-    def _remaining(self, deadline: float) -> float:
-        """Seconds left until ``deadline``."""
-        return max(0.0, deadline - self._clock())
-
-    def _start(
-        self,
-        lane: Lane,
-        ready: ReadyVersion,
-        request: InferenceRequest,
-        deadline: float,
-        *,
-        blocking: bool,
-    ) -> tuple[bool, Any]:
+    def _start(self, call: _Call, request: InferenceRequest, *, blocking: bool) -> tuple[bool, Any]:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
         ``blocking``: the caller's thread may run the model (a WSGI thread); an event loop
-        passes False and gets a future for every call.
+        passes False and gets a future unless the call is quick enough for the loop.
         """
-        instance, features = ready.instance, request.inputs
-        executor = lane.executor(ready)
+        lane, deadline = call.lane, call.deadline
+        instance, features = call.ready.instance, request.inputs
+        executor = lane.executor(call.ready)
         if executor is None:
             if blocking or lane.quick():  # a quick model costs less than the thread hop
                 return True, lane.timed(_prepare_and_predict, instance, features, deadline)
@@ -251,49 +237,30 @@ class InferenceService:
             )
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
             payload = instance.prepare(features)  # validated before it joins a batch
-            self._check_deadline(deadline)
+            call.check_deadline()
             return False, executor.submit(payload, priority=request.priority, deadline=deadline)
         with executor.incoming() as arrival:  # lets the batcher wait for it
             payload = instance.prepare(features)
-            self._check_deadline(deadline)
+            call.check_deadline()
             done, output = executor.run_inline(payload, arrival)  # batcher idle?
             if done:
                 if self._clock() > deadline:
-                    raise _late(ready)  # as late as a queued request would be
+                    raise call.late()  # as late as a queued request would be
                 return True, output
             return False, executor.submit(
                 payload, priority=request.priority, deadline=deadline, arrival=arrival
             )
 
-    def _check_deadline(self, deadline: float) -> None:
-        if self._clock() >= deadline:
-            raise DeadlineExceededError("the request deadline passed before the model ran")
-
-    @contextmanager
-    def _model_errors(self, lane: Lane, ready: ReadyVersion) -> Iterator[None]:
-        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
-        try:
-            yield
-        except InvalidInputError as e:
-            lane.rejected(e.field or "features", ready)
-            raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError):
-            raise
-        except Exception as e:
-            raise PredictionError.logged(
-                ready.model, ready.version, "raised while predicting", e
-            ) from e
-
     def _answered(
         self,
-        ready: ReadyVersion,
+        call: _Call,
         request: InferenceRequest,
         output: Any,
-        started: float,
         after_response: list[Callable[[], None]] | None,
     ) -> Prediction:
         """Hand an answer to score metrics, the prediction log and the shadows."""
-        elapsed = time.perf_counter() - started
+        ready = call.ready
+        elapsed = time.perf_counter() - call.started
         if self._listener:
             self._listener.prediction_made(ready.model, ready.version, output)
         features = request.inputs
@@ -362,7 +329,46 @@ def _prepare_and_predict(
     return instance.predict(payload)
 
 
-def _late(ready: ReadyVersion) -> DeadlineExceededError:
-    return DeadlineExceededError(
-        f"model {ready.model!r} did not answer within the request deadline"
-    )
+class _Call:
+    """One admitted request on its way through the model: where, until when, since when."""
+
+    __slots__ = ("_clock", "deadline", "lane", "ready", "started")
+
+    def __init__(
+        self, lane: Lane, ready: ReadyVersion, deadline: float, clock: Callable[[], float]
+    ) -> None:
+        self.lane = lane
+        self.ready = ready
+        self.deadline = deadline
+        self.started = time.perf_counter()
+        self._clock = clock
+
+    def remaining(self) -> float:
+        """Seconds left until the deadline."""
+        return max(0.0, self.deadline - self._clock())
+
+    def check_deadline(self) -> None:
+        """Refuse to start a model call once the deadline has passed."""
+        if self._clock() >= self.deadline:
+            raise DeadlineExceededError("the request deadline passed before the model ran")
+
+    def late(self) -> DeadlineExceededError:
+        """The error of an answer that came (or would come) after the deadline."""
+        return DeadlineExceededError(
+            f"model {self.ready.model!r} did not answer within the request deadline"
+        )
+
+    @contextmanager
+    def model_errors(self) -> Iterator[None]:
+        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
+        try:
+            yield
+        except InvalidInputError as e:
+            self.lane.rejected(e.field or "features", self.ready)
+            raise  # the model rejected its input on purpose: a 400, not a model failure
+        except (OverloadedError, DeadlineExceededError):
+            raise
+        except Exception as e:
+            raise PredictionError.logged(
+                self.ready.model, self.ready.version, "raised while predicting", e
+            ) from e

@@ -68,11 +68,13 @@ def servinglib_config_path(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
-def servinglib_app(servinglib_config_path: Path) -> Flask:
+def servinglib_app(servinglib_config_path: Path) -> Iterator[Flask]:
     """The service's app with every model loaded and self-tested, as a gunicorn worker has it."""
+    from servinglib.monitoring.logs import flush_logs
     from servinglib.serve.app import create_app_from_config
 
-    return create_app_from_config(servinglib_config_path)
+    yield create_app_from_config(servinglib_config_path)
+    flush_logs()  # the last log lines, before pytest's summary
 
 
 @pytest.fixture

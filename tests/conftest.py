@@ -16,7 +16,6 @@ import pytest
 import requests
 from flask.testing import FlaskClient
 
-from servinglib.monitoring.logs import flush_logs
 from servinglib.serve.app import create_app_from_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -32,13 +31,6 @@ def _no_inherited_servinglib_env(monkeypatch: pytest.MonkeyPatch) -> None:
             key.startswith("SERVINGLIB_") and not key.startswith("SERVINGLIB_TEST_")
         ) or key == "PROMETHEUS_MULTIPROC_DIR":
             monkeypatch.delenv(key)
-
-
-@pytest.fixture(autouse=True)
-def _log_lines_written_inside_the_test() -> Iterator[None]:
-    """The log writer batches lines a few ms: write a test's lines while it is captured."""
-    yield
-    flush_logs()
 
 
 @pytest.fixture

@@ -142,9 +142,13 @@ def render(runs: Runs, command: str, baseline: str) -> str:
     The ratio is the median over rounds of the ratio within a round (the same server, runs
     a few seconds apart), steadier on a noisy machine than a ratio of medians.
     """
+    name = "protocols" if ("baseline", "/infer") not in runs else "protocols-before"
+    title = "One model, every protocol: MiniLM INT8 at concurrency 32"
+    if name == "protocols-before":
+        title += f", beside servinglib {baseline}"
     lines = [
-        "<!-- bench:protocols:start -->",
-        "### One model, every protocol: MiniLM INT8 at concurrency 32",
+        f"<!-- bench:{name}:start -->",
+        f"### {title}",
         "",
         f"Command: `{command}`  ",
         f"Machine: {_machine()}.",
@@ -171,7 +175,7 @@ def render(runs: Runs, command: str, baseline: str) -> str:
         now, before = runs[("servinglib", "/infer")], runs[("baseline", "/infer")]
         change = statistics.median(a.rps / b.rps for a, b in zip(now, before, strict=True))
         lines += ["", f"`/infer` against servinglib {baseline}: **{change:.2f}x**."]
-    lines += ["", "<!-- bench:protocols:end -->"]
+    lines += ["", f"<!-- bench:{name}:end -->"]
     return "\n".join(lines)
 
 
@@ -195,7 +199,7 @@ def main() -> int:
     runs = measure(args.seconds, args.rounds, args.baseline)
     block = render(runs, command, args.baseline_label)
     if not args.no_docs:
-        write_docs("protocols", block)
+        write_docs(block.split(":", 2)[1], block)  # the section named in the first marker
     print(block)
     return 0
 

@@ -9,6 +9,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -58,29 +59,33 @@ def run_hey(
     concurrency: int,
     seconds: float,
     rate_per_worker: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> LoadResult:
-    """POST ``body`` as JSON to ``url`` from ``concurrency`` connections for ``seconds``."""
+    """POST ``body`` to ``url`` from ``concurrency`` connections for ``seconds``.
+
+    ``body`` is sent as JSON, or as it is when it is ``bytes`` (then ``headers`` should
+    name its Content-Type).
+    """
     hey = shutil.which("hey")
     if hey is None:
         raise SystemExit("the benchmark needs `hey`: apt-get install hey")
-    command = [
-        hey,
-        "-z",
-        f"{seconds}s",
-        "-c",
-        str(concurrency),
-        "-m",
-        "POST",
-        "-T",
-        "application/json",
-        "-d",
-        json.dumps(body),
-        "-o",
-        "csv",
-    ]
+    headers = dict(headers or {})
+    content_type = headers.pop("Content-Type", "application/json")
+    command = [hey, "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST"]
+    command += ["-T", content_type, "-o", "csv"]
+    for name, value in headers.items():
+        command += ["-H", f"{name}: {value}"]
     if rate_per_worker:
         command += ["-q", str(rate_per_worker)]
-    output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
+    with tempfile.NamedTemporaryFile(suffix=".body") as body_file:
+        if isinstance(body, bytes):
+            body_file.write(body)
+            body_file.flush()
+            command += ["-D", body_file.name]
+        else:
+            command += ["-d", json.dumps(body)]
+        run = subprocess.run([*command, url], capture_output=True, text=True, check=True)
+    output = run.stdout
     latencies, accepted, statuses = [], [], {}
     for row in csv.DictReader(io.StringIO(output)):
         latency = float(row["response-time"]) * 1000

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,10 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), **extra}
 
 
-def start_servinglib(config: Path, workdir: Path, workers: int = 2, threads: int = 8) -> Server:
+def start_servinglib(
+    config: Path, workdir: Path, workers: int = 2, threads: int = 8, source: Path | None = None
+) -> Server:
+    """``servinglib serve`` on a free port; ``source``: another source tree to run instead."""
     port = free_port()
     command = [
         str(BIN / "servinglib"),
@@ -57,16 +61,25 @@ def start_servinglib(config: Path, workdir: Path, workers: int = 2, threads: int
         "--threads",
         str(threads),
     ]
-    return Server(command, port, "/readyz", workdir, _env())
+    env = _env() if source is None else _env(PYTHONPATH=str(source))
+    return Server(command, port, "/readyz", workdir, env)
 
 
 def scenario_trivial(
-    seconds: float, repeats: int, workdir: Path, skip_peers: bool = False
+    seconds: float,
+    repeats: int,
+    workdir: Path,
+    skip_peers: bool = False,
+    baseline: tuple[Path, str] | None = None,
 ) -> list[LoadResult]:
-    """Serving overhead of every setup, runs interleaved; the median of ``repeats`` is kept."""
+    """Serving overhead of every setup, runs interleaved; the median of ``repeats`` is kept.
+
+    ``baseline``: another source tree of servinglib and its label, served alongside.
+    """
+    trivial = ROOT / "benchmarks/services/trivial/servinglib.yaml"
     servers: dict[str, tuple[Callable[[], Server], str, Any]] = {
         "servinglib (2 asyncio workers, metrics + JSON log)": (
-            lambda: start_servinglib(ROOT / "benchmarks/services/trivial/servinglib.yaml", workdir),
+            lambda: start_servinglib(trivial, workdir),
             "/infer",
             TRIVIAL_BODY,
         ),
@@ -81,6 +94,13 @@ def scenario_trivial(
             TRIVIAL_BODY,
         ),
     }
+    if baseline is not None:
+        source, label = baseline
+        servers[f"servinglib {label} (same setup)"] = (
+            lambda: start_servinglib(trivial, workdir, source=source),
+            "/infer",
+            TRIVIAL_BODY,
+        )
     if not skip_peers:
         from peers.batching_peers import request_body, start_litserve, start_mlserver
 
@@ -121,8 +141,11 @@ def scenario_trivial(
             server = start()
             started[label] = (server, path, body)
             run_hey(label, server.url + path, body, 8, 2)  # warm-up, discarded
-        for _ in range(repeats):
-            for label, (server, path, body) in started.items():
+        labels = list(started)
+        for repeat in range(repeats):  # each repeat starts with another server
+            turn = repeat % len(labels)
+            for label in labels[turn:] + labels[:turn]:
+                server, path, body = started[label]
                 runs[label].append(run_hey(label, server.url + path, body, 8, seconds))
     finally:
         for server, _, _ in started.values():
@@ -246,9 +269,12 @@ def _machine() -> str:
 def render(name: str, results: list[LoadResult], command: str) -> str:
     """One scenario's section, between markers so other scenarios' sections survive a rerun."""
     lines = [f"<!-- bench:{name}:start -->"]
-    if name == "trivial":
-        ours, flask, seed, *peers = results
-        lines += ["### Serving overhead (sum of 16 floats, concurrency 8)", ""]
+    if name.startswith("trivial"):
+        ours, flask, seed, *others = results
+        before = [r for r in others if r.label.startswith("servinglib")]
+        peers = [r for r in others if r not in before]
+        title = "Serving overhead" if peers else "Serving overhead against the seed design"
+        lines += [f"### {title} (sum of 16 floats, concurrency 8)", ""]
     elif name == "shadow":
         plain, shadowed = results
         lines += [
@@ -269,9 +295,10 @@ def render(name: str, results: list[LoadResult], command: str) -> str:
         *[r.row() for r in results],
         "",
     ]
-    if name == "trivial":
+    if name.startswith("trivial"):
         ratios = [f"naive Flask **{ours.rps / flask.rps:.2f}x** (bar 1x)"]
-        ratios.append(f"seed FastAPI design **{ours.rps / seed.rps:.2f}x**")
+        ratios.append(f"seed FastAPI design **{ours.rps / seed.rps:.2f}x** (bar 1x)")
+        ratios += [f"{r.label} **{ours.rps / r.rps:.2f}x**" for r in before]
         ratios += [f"{p.label} **{ours.rps / p.rps:.2f}x** (bar 3x)" for p in peers]
         lines.append("servinglib requests/s against: " + "; ".join(ratios) + ".")
         lines.append(
@@ -343,6 +370,12 @@ def main() -> int:
     parser.add_argument(
         "--minilm-seconds", type=float, default=8.0, help="length of each MiniLM run"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="trivial: also serve another servinglib source tree (git archive REV | tar -x)",
+    )
+    parser.add_argument("--baseline-label", default="before", help="its label in the table")
     args = parser.parse_args()
     chosen = args.only or ["trivial", "minilm", "shadow", "overload"]
     if "minilm" in chosen:  # its own module: it writes its own section and plot
@@ -357,14 +390,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="servinglib-bench-") as tmp:
         workdir = Path(tmp)
         if "trivial" in chosen:
-            sections["trivial"] = scenario_trivial(
-                args.seconds, args.repeats, workdir, args.skip_peers
+            baseline = None if args.baseline is None else (args.baseline, args.baseline_label)
+            # Without the peers the table is a different one: it gets its own section.
+            name = "trivial-seed" if args.skip_peers else "trivial"
+            sections[name] = scenario_trivial(
+                args.seconds, args.repeats, workdir, args.skip_peers, baseline
             )
         if "shadow" in chosen:
             sections["shadow"] = scenario_shadow(args.seconds, args.repeats, workdir)
         if "overload" in chosen:
             sections["overload"] = scenario_overload(args.overload_seconds, workdir)
-    command = ("python benchmarks/run.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python benchmarks/run.py " + shlex.join(sys.argv[1:])).strip()
     for name, results in sections.items():
         block = render(name, results, command)
         write_docs(name, block)

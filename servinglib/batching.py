@@ -37,33 +37,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from servinglib.config import BatchPolicy
 from servinglib.errors import DeadlineExceededError, OverloadedError, ServinglibError
 
-__all__ = [
-    "Arrival",
-    "BatchFunction",
-    "BatchListener",
-    "BatchPolicy",
-    "DynamicBatcher",
-    "run_isolating",
-]
+__all__ = ["Arrival", "BatchFunction", "BatchListener", "DynamicBatcher", "run_isolating"]
 
 log = logging.getLogger("servinglib.batching")
 
 BatchFunction = Callable[[list[Any]], Sequence[Any]]
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    """Triton's dynamic-batching knobs (``batching:`` in servinglib.yaml)."""
-
-    max_batch_size: int = 32
-    preferred_batch_sizes: tuple[int, ...] = ()
-    max_queue_delay_us: int = 2000
-    max_queue_size: int = 256
-    priority_levels: int = 1
-    default_priority: int = 0
-    preserve_ordering: bool = False
 
 
 class BatchListener(Protocol):

@@ -20,8 +20,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from servinglib._config_checks import check_routed_versions, resolve_inside, resolve_log_url
 from servinglib._schema_errors import validate_against_schema
-from servinglib.batching import BatchPolicy
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_SCORE_BUCKETS",
     "ENV_PREFIX",
     "AdminConfig",
+    "BatchPolicy",
     "ComparatorConfig",
     "ModelConfig",
     "PredictionLogConfig",
@@ -64,6 +65,19 @@ class ServerConfig:
     log_level: str = "info"
     log_format: str = "auto"
     deadline_margin_ms: int = 50
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """Triton's dynamic-batching knobs (``batching:`` in servinglib.yaml)."""
+
+    max_batch_size: int = 32
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: int = 2000
+    max_queue_size: int = 256
+    priority_levels: int = 1
+    default_priority: int = 0
+    preserve_ordering: bool = False
 
 
 @dataclass(frozen=True)
@@ -255,19 +269,6 @@ def _apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dic
     return raw
 
 
-def resolve_inside(root: Path, relative: str, *, label: str, key_path: str) -> Path:
-    """Resolve ``relative`` against ``root`` and refuse anything that escapes ``root``."""
-    candidate = (root / relative).resolve()
-    if not candidate.is_relative_to(root.resolve()):
-        raise ConfigError(
-            f"{relative!r} resolves to {candidate}, outside {root}; keep every path inside the "
-            "directory of servinglib.yaml",
-            source=label,
-            key_path=key_path,
-        )
-    return candidate
-
-
 RUNTIME_CLASSES = {
     "onnx": "servinglib.runtimes.onnx:OnnxModel",
     "torch": "servinglib.runtimes.torch:TorchModel",
@@ -277,45 +278,6 @@ RUNTIME_CLASSES = {
 
 def _tensors(raw: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(t["name"], t["datatype"], tuple(t["shape"])) for t in raw)
-
-
-def _check_routed_versions(
-    entry: Mapping[str, Any], repository: Path, label: str, where: str
-) -> None:
-    """Versions named by ``traffic`` and ``shadow`` must have a directory."""
-    named = [(f"{where}.traffic", v) for v in entry.get("traffic", {})]
-    named += [
-        (f"{where}.shadow[{i}].version", s["version"])
-        for i, s in enumerate(entry.get("shadow", []))
-    ]
-    listed = entry.get("versions")
-    for key_path, version in named:
-        if listed is not None and version not in listed:
-            raise ConfigError(
-                f"version {version!r} is not in this model's `versions` list, so it is never "
-                "loaded; add it there",
-                source=label,
-                key_path=key_path,
-            )
-        if not (repository / version).is_dir():
-            raise ConfigError(
-                f"version {version!r} has no directory in {repository}; add it or remove it here",
-                source=label,
-                key_path=key_path,
-            )
-    traffic = entry.get("traffic")
-    if traffic is not None and sum(traffic.values()) <= 0:
-        raise ConfigError(
-            "traffic weights must add up to more than 0", source=label, key_path=f"{where}.traffic"
-        )
-    for i, shadow in enumerate(entry.get("shadow", [])):
-        comparator = shadow.get("comparator", {})
-        if comparator.get("kind") == "custom" and "function" not in comparator:
-            raise ConfigError(
-                "a custom comparator needs `function: module:function`",
-                source=label,
-                key_path=f"{where}.shadow[{i}].comparator",
-            )
 
 
 def _batch_policy(raw: Mapping[str, Any] | None, label: str, where: str) -> BatchPolicy | None:
@@ -340,15 +302,33 @@ def _batch_policy(raw: Mapping[str, Any] | None, label: str, where: str) -> Batc
     return policy
 
 
-def _resolve_log_url(url: str, root: Path, label: str) -> str:
-    """Resolve a relative SQLite path against ``root`` (and keep it inside)."""
-    if not url.startswith("sqlite:///"):
-        return url
-    path = url.removeprefix("sqlite:///")
-    if path.startswith("/"):
-        return url
-    resolved = resolve_inside(root, path, label=label, key_path="monitoring.prediction_log.url")
-    return f"sqlite:///{resolved}"
+# Optional keys of a model entry that map one to one onto ModelConfig fields: absent keys
+# take the dataclass's default, so every default lives in one place.
+_MODEL_KEYS = (
+    "runtime_options",
+    "input_schema",
+    "require_self_tests",
+    "traffic",
+    "instances",
+    "deadline_ms",
+    "load_timeout_s",
+    "allow_pickle",
+    "sha256",
+    "optimize_budgets",
+)
+
+
+def _given(raw: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The entries of ``raw`` among ``keys`` (absent ones keep their dataclass default)."""
+    return {key: raw[key] for key in keys if key in raw}
+
+
+def _shadow(raw: Mapping[str, Any]) -> ShadowConfig:
+    return ShadowConfig(
+        version=raw["version"],
+        comparator=ComparatorConfig(**raw.get("comparator", {})),
+        **_given(raw, ("sample_rate", "timeout_ms")),
+    )
 
 
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
@@ -399,55 +379,40 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     key_path=f"{where}.input_schema",
                 ) from e
         runtime = entry.get("runtime")
-        runtime_options = entry.get("runtime_options", {})
+        check_routed_versions(entry, repository, label, where)
+        given = _given(entry, _MODEL_KEYS)
         if runtime == "precomputed":  # its fallback_class is imported the way `class` is
-            runtime_options = {
-                **runtime_options,
+            given["runtime_options"] = {
+                **entry.get("runtime_options", {}),
                 "config_root": str(root),
                 "python_path": [str(p) for p in python_path],
             }
-        _check_routed_versions(entry, repository, label, where)
         routing = entry.get("routing_key", {})
+        if "header" in routing:
+            given["routing_header"] = routing["header"].lower()
+        if "feature" in routing:
+            given["routing_feature"] = routing["feature"]
         models.append(
             ModelConfig(
                 name=name,
                 class_ref=RUNTIME_CLASSES[runtime] if runtime else entry["class"],
                 runtime=runtime,
-                runtime_options=runtime_options,
                 inputs=_tensors(entry.get("inputs", [])),
                 outputs=_tensors(entry.get("outputs", [])),
                 repository=repository,
                 default_version=default,
                 versions=versions,
-                input_schema=entry.get("input_schema"),
-                require_self_tests=entry.get("require_self_tests", True),
-                traffic=entry.get("traffic"),
-                routing_header=routing.get("header", "x-routing-key").lower(),
-                routing_feature=routing.get("feature"),
-                shadows=tuple(
-                    ShadowConfig(
-                        version=s["version"],
-                        sample_rate=s.get("sample_rate", 1.0),
-                        timeout_ms=s.get("timeout_ms", 1000),
-                        comparator=ComparatorConfig(**s.get("comparator", {})),
-                    )
-                    for s in entry.get("shadow", [])
-                ),
+                shadows=tuple(_shadow(s) for s in entry.get("shadow", [])),
                 batching=_batch_policy(entry.get("batching"), label, where),
-                instances=entry.get("instances"),
-                deadline_ms=entry.get("deadline_ms", 10000),
-                load_timeout_s=entry.get("load_timeout_s", 600.0),
-                allow_pickle=entry.get("allow_pickle", False),
-                sha256=entry.get("sha256", {}),
-                optimize_budgets=entry.get("optimize_budgets"),
                 key_path=where,
+                **given,
             )
         )
     monitoring = raw.get("monitoring", {})
     prediction_log = None
     if "prediction_log" in monitoring:
         settings = dict(monitoring["prediction_log"])
-        settings["url"] = _resolve_log_url(settings["url"], root, label)
+        settings["url"] = resolve_log_url(settings["url"], root, label)
         prediction_log = PredictionLogConfig(**settings)
     return ServiceConfig(
         service=raw["service"],
@@ -455,7 +420,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
         admin=AdminConfig(**raw.get("admin", {})),
         prediction_log=prediction_log,
         score_buckets=tuple(sorted(monitoring.get("score_buckets", DEFAULT_SCORE_BUCKETS))),
-        team=raw.get("team", ""),
+        **_given(raw, ("team",)),
         source=source,
         python_path=python_path,
         server=server,

@@ -21,6 +21,8 @@ HTTP status codes live only in ``servinglib.http``; this module knows nothing ab
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Sequence
 
 __all__ = [
@@ -134,3 +136,16 @@ class PredictionError(ServinglibError):
             f"model {model!r} version {version!r} failed to answer; "
             f"see the server log for error id {error_id}"
         )
+
+    @classmethod
+    def logged(cls, model: str, version: str, what: str, cause: BaseException) -> PredictionError:
+        """Log ``cause`` with a new error id and return the error that names the id.
+
+        ``what`` completes "model M version V ..." in the log line, e.g. "raised while
+        predicting". The client sees only the id; the traceback stays in the log.
+        """
+        error_id = uuid.uuid4().hex[:12]
+        logging.getLogger("servinglib.service").error(
+            "model %r version %r %s (error id %s)", model, version, what, error_id, exc_info=cause
+        )
+        return cls(model, version, error_id)

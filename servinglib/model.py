@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servinglib.errors import InvalidInputError
+
 __all__ = ["Model", "ModelSettings", "SelfTestCase", "TensorSpec", "Tolerance"]
 
 
@@ -24,6 +26,19 @@ class TensorSpec:
         return len(shape) == len(self.shape) and all(
             want in (-1, got) for want, got in zip(self.shape, shape, strict=True)
         )
+
+    def check(self, model: str, shape: Sequence[int]) -> None:
+        """Refuse a tensor of ``shape`` given as this input of ``model``.
+
+        Raises:
+            InvalidInputError: naming the input, the shape given and the shape expected.
+        """
+        if not self.accepts(shape):
+            raise InvalidInputError(
+                f"input {self.name!r} of model {model!r} has shape {list(shape)}; expected "
+                f"{list(self.shape)} (-1 = any size)",
+                field=self.name,
+            )
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ __all__ = [
     "NAME_PATTERN",
     "LifecycleListener",
     "ModelRegistry",
+    "ReadyVersion",
     "VersionRecord",
     "VersionState",
     "discover_versions",
@@ -71,9 +72,24 @@ class LifecycleListener(Protocol):
         """The self-tests of a version ran."""
 
 
+@dataclass(frozen=True)
+class ReadyVersion:
+    """A READY version, as the request path sees it: its instance is always there.
+
+    ``copies`` are the exclusive instances of ``instances: N`` (``copies[0]`` is
+    ``instance``).
+    """
+
+    model: str
+    version: str
+    path: Path
+    instance: Model
+    copies: tuple[Model, ...]
+
+
 @dataclass
 class VersionRecord:
-    """One version of one model in this worker."""
+    """One version of one model in this worker (``ready`` is set while it is READY)."""
 
     model: str
     version: str
@@ -85,6 +101,7 @@ class VersionRecord:
     load_s: float = 0.0
     selftest_s: float = 0.0
     report: SelfTestReport = field(default_factory=SelfTestReport)
+    ready: ReadyVersion | None = None
 
 
 def _version_sort_key(version: str) -> tuple[int, int | str]:
@@ -119,8 +136,8 @@ class ModelRegistry:
 
         registry = ModelRegistry(load_config("servinglib.yaml"))
         registry.load_all()
-        record = registry.get("eta")          # the READY default version
-        record.instance.predict({"distance_km": 2.0})
+        ready = registry.get("eta")           # the READY default version
+        ready.instance.predict({"distance_km": 2.0})
     """
 
     def __init__(self, config: ServiceConfig, listener: LifecycleListener | None = None) -> None:
@@ -216,12 +233,18 @@ class ModelRegistry:
             self._versions[model] = versions
         log.info("model %r: version %r unloaded", model, version)
 
-    def get(self, model: str, version: str | None = None) -> VersionRecord:
-        """The READY record that should answer; raises if there is none."""
+    def get(self, model: str, version: str | None = None) -> ReadyVersion:
+        """The READY version that should answer; raises if there is none.
+
+        Raises:
+            ModelNotFoundError, VersionNotFoundError: no such model or version.
+            ModelNotReadyError: the version exists but is not READY (its state and reason).
+        """
         record = self.record(model, version)
-        if record.state is not VersionState.READY:
+        ready = record.ready
+        if record.state is not VersionState.READY or ready is None:
             raise ModelNotReadyError(model, record.version, record.state.value, record.reason)
-        return record
+        return ready
 
     def is_ready(self) -> bool:
         """True when every model's default version is READY."""
@@ -273,11 +296,15 @@ class ModelRegistry:
             )
             record.instance = None
             record.copies = []
+            record.ready = None
             self._set_state(record, VersionState.FAILED)
             return record
         record.instance = instance
         record.copies = copies
         record.reason = ""
+        record.ready = ReadyVersion(
+            record.model, record.version, record.path, instance, tuple(copies)
+        )
         self._set_state(record, VersionState.READY)
         log.info(
             "model %r version %r READY (load %.3fs, self-test %.3fs, %d cases)",

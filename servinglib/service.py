@@ -1,43 +1,41 @@
 """InferenceService: route a decoded request to the right model version and call it.
 
-Per request: pick the version (explicit > traffic split > default), validate the input
-once, call the model, then hand the answer to the observers (score metrics, prediction
-log) and the shadow router. Everything after the model call is non-blocking.
+Per request: admit it (deadline, version, input checks) in one place, call the model,
+then hand the answer to the observers (score metrics, prediction log) and the shadow
+router. Everything after the model call is non-blocking.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import jsonschema
-import numpy as np
-
-from servinglib.batching import BatchFunction, BatchListener, BatchPolicy, DynamicBatcher
+from servinglib.batch_rows import split_rows, splits_rows, stack_rows
+from servinglib.batching import BatchListener
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
-    ModelNotReadyError,
+    ModelNotFoundError,
     OverloadedError,
     PredictionError,
-    VersionNotFoundError,
 )
-from servinglib.model import Model, TensorSpec
-from servinglib.registry import ModelRegistry, VersionRecord
-from servinglib.routing import TrafficSplit
+from servinglib.lanes import Lane, RejectionListener
+from servinglib.model import Model
+from servinglib.registry import ModelRegistry, ReadyVersion
 
 __all__ = [
     "DriftObserver",
+    "InferenceRequest",
     "InferenceService",
     "Prediction",
     "PredictionRecorder",
@@ -47,6 +45,33 @@ __all__ = [
 ]
 
 log = logging.getLogger("servinglib.service")
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One decoded request, whatever protocol carried it.
+
+    Attributes:
+        model: the model name.
+        inputs: LyftLearn-style features (checked against ``input_schema``), or, with
+            ``tensors``, Open Inference tensors by input name (checked against the inputs
+            the version declares).
+        version: an explicit version; None lets the traffic split or the default decide.
+        tensors: whether ``inputs`` are decoded tensors.
+        request_id: echoed in logs, the prediction log and shadow comparisons.
+        routing_key: the routing header's value (a configured routing feature wins).
+        timeout_ms: the caller's time budget (Envoy's expected timeout), if any.
+        priority: 0 is served first; None for the model's default.
+    """
+
+    model: str
+    inputs: Any
+    version: str | None = None
+    tensors: bool = False
+    request_id: str = ""
+    routing_key: str | None = None
+    timeout_ms: float | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,14 +84,11 @@ class Prediction:
     latency_s: float = 0.0
 
 
-class ServiceListener(Protocol):
+class ServiceListener(RejectionListener, Protocol):
     """Told about answers and rejected inputs; the metrics layer implements it."""
 
     def prediction_made(self, model: str, version: str, output: Any) -> None:
         """A version answered (score monitoring)."""
-
-    def input_rejected(self, model: str, field: str) -> None:
-        """The input of a request failed validation at ``field``."""
 
 
 class PredictionRecorder(Protocol):
@@ -106,12 +128,12 @@ class ShadowSubmitter(Protocol):
 
 
 class InferenceService:
-    """Pick the version, validate the input once, call the model, report failures safely.
+    """Admit a request once, call the model, report failures safely.
 
     Example::
 
         service = InferenceService(registry)
-        service.infer("eta", {"distance_km": 2.0}).output
+        service.infer(InferenceRequest("eta", {"distance_km": 2.0})).output
     """
 
     def __init__(
@@ -127,74 +149,32 @@ class InferenceService:
         self.registry = registry
         self.drift = drift
         self._listener = listener
-        self._batch_listener = batch_listener
         self._clock = clock
-        self._executors: dict[tuple[str, str, int], DynamicBatcher | None] = {}
-        self._executors_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._fallbacks_logged: set[tuple[str, str]] = set()
         self._recorder = recorder
         self._shadows = shadows if shadows is not None and shadows.enabled else None
-        self._validators: dict[str, jsonschema.protocols.Validator] = {}
-        self._splits: dict[str, TrafficSplit] = {}
-        self._properties: dict[str, set[str]] = {}
-        for name in registry.model_names():
-            config = registry.model_config(name)
-            if config.input_schema is not None:
-                self._validators[name] = jsonschema.Draft202012Validator(config.input_schema)
-                self._properties[name] = set(config.input_schema.get("properties", {}))
-            if config.traffic:
-                self._splits[name] = TrafficSplit(name, config.traffic)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._lanes = {
+            name: Lane(registry, registry.model_config(name), listener, batch_listener, clock)
+            for name in registry.model_names()
+        }
+        self.models = frozenset(self._lanes)
 
-    def route(self, model: str, version: str | None, routing_key: str | None) -> VersionRecord:
-        """The READY version that answers: explicit, else the traffic split, else the default.
+    def lane(self, model: str) -> Lane:
+        """The lane of ``model``.
 
-        A split version that is not READY falls back to the default version.
+        Raises:
+            ModelNotFoundError: no such model is configured.
         """
-        if version is not None:
-            return self.registry.get(model, version)
-        split = self._splits.get(model)
-        if split is None:
-            return self.registry.get(model)
-        chosen = split.choose(routing_key)
-        try:
-            return self.registry.get(model, chosen)
-        except (ModelNotReadyError, VersionNotFoundError):
-            if (model, chosen) not in self._fallbacks_logged:  # once, not per request
-                self._fallbacks_logged.add((model, chosen))
-                log.warning(
-                    "model %r: traffic version %r cannot answer; using the default", model, chosen
-                )
-            return self.registry.get(model)
-
-    def routing_key_of(self, model: str, header_value: str | None, features: Any) -> str | None:
-        """The sticky routing key: the configured feature when there is one, else the header.
-
-        (Open Inference requests always use the header.)
-        """
-        feature = self.registry.model_config(model).routing_feature
-        if feature is not None:
-            value = features.get(feature) if isinstance(features, Mapping) else None
-            return None if value is None else str(to_key(value))
-        return header_value
-
-    def routing_header(self, model: str) -> str:
-        """The header carrying the routing key of ``model`` (lower case)."""
-        return self.registry.model_config(model).routing_header
+        lane = self._lanes.get(model)
+        if lane is None:
+            raise ModelNotFoundError(model, list(self._lanes))
+        return lane
 
     def infer(
-        self,
-        model: str,
-        features: Any,
-        version: str | None = None,
-        *,
-        request_id: str = "",
-        routing_key: str | None = None,
-        timeout_ms: float | None = None,
-        priority: int | None = None,
-        after_response: list[Callable[[], None]] | None = None,
+        self, request: InferenceRequest, after_response: list[Callable[[], None]] | None = None
     ) -> Prediction:
-        """Answer a LyftLearn-style request: ``features`` checked against ``input_schema``.
+        """Answer ``request``; the model may run on the calling thread.
 
         With ``after_response``, work that must not delay the answer (shadow copies) is
         appended there for the caller to run once the response is sent; without it, it is
@@ -202,275 +182,166 @@ class InferenceService:
 
         Raises:
             ModelNotFoundError, VersionNotFoundError, ModelNotReadyError: routing failed.
-            InvalidInputError: the features break the model's input schema.
+            InvalidInputError: the input breaks the schema or the declared tensors.
             OverloadedError: the version's queue is full.
             DeadlineExceededError: no answer within the deadline.
             PredictionError: the model raised; details are logged under its error id.
         """
-        deadline, record = self._admit(model, features, version, routing_key, timeout_ms)
-        return self._call(record, features, request_id, deadline, priority, after_response)
-
-    def _admit(
-        self,
-        model: str,
-        features: Any,
-        version: str | None,
-        routing_key: str | None,
-        timeout_ms: float | None,
-    ) -> tuple[float, VersionRecord]:
-        """The request's deadline and the version that answers it, once its features pass."""
-        deadline = self._deadline(model, timeout_ms)
-        record = self.route(model, version, self.routing_key_of(model, routing_key, features))
-        self._validate(model, features)
-        return deadline, record
-
-    def _validate(self, model: str, features: Any) -> None:
-        """Check ``features`` against the model's ``input_schema``.
-
-        Raises:
-            InvalidInputError: naming the first failing field.
-        """
-        validator = self._validators.get(model)
-        if validator is not None:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(features))
-            if error is not None:
-                path = [str(p) for p in error.absolute_path]
-                field = path[0] if path else "features"
-                self._rejected(model, field)
-                where = "features." + ".".join(path) if path else "features"
-                raise InvalidInputError(f"{where}: {error.message}", field=field)
-
-    def infer_tensors(
-        self,
-        model: str,
-        tensors: Mapping[str, np.ndarray],
-        version: str | None = None,
-        *,
-        request_id: str = "",
-        routing_key: str | None = None,
-        timeout_ms: float | None = None,
-        priority: int | None = None,
-        after_response: list[Callable[[], None]] | None = None,
-    ) -> Prediction:
-        """Answer an Open Inference request: tensors checked against the model's declared inputs.
-
-        ``after_response`` as for :meth:`infer`.
-        """
-        deadline = self._deadline(model, timeout_ms)
-        record = self.route(model, version, routing_key)
-        assert record.instance is not None  # READY implies loaded
-        try:
-            _check_tensors(model, record.instance.inputs, tensors)
-        except InvalidInputError as e:
-            self._rejected(model, e.field or "inputs", record)
-            raise
-        return self._call(record, dict(tensors), request_id, deadline, priority, after_response)
-
-    def _rejected(self, model: str, field: str, record: VersionRecord | None = None) -> None:
-        """Count a rejected input; fields outside the schema or tensor names become ``_other``."""
-        if self._listener is None:
-            return
-        known = {"features", "inputs"} | self._properties.get(model, set())
-        if record is not None and record.instance is not None:
-            known |= {spec.name for spec in record.instance.inputs}
-        self._listener.input_rejected(model, field if field in known else "_other")
-
-    def _deadline(self, model: str, timeout_ms: float | None) -> float:
-        """Absolute deadline: the model's ``deadline_ms``, or the caller's budget when shorter."""
-        budget: float = self.registry.model_config(model).deadline_ms
-        if timeout_ms is not None and timeout_ms > 0:
-            budget = min(budget, timeout_ms)
-        return self._clock() + budget / 1000
-
-    def _executor(self, record: VersionRecord) -> DynamicBatcher | None:
-        """The batcher (or instance queue) of a version; None when calls go straight through."""
-        key = (record.model, record.version, id(record.instance))
-        if key in self._executors:
-            return self._executors[key]
-        config = self.registry.model_config(record.model)
-        with self._executors_lock:
-            if key not in self._executors:
-                executor = None
-                runners: list[BatchFunction]
-                if config.batching is not None:
-                    runners = [copy.predict_batch for copy in record.copies]
-                    executor = DynamicBatcher(
-                        runners,
-                        config.batching,
-                        name=(record.model, record.version),
-                        listener=self._batch_listener,
-                        clock=self._clock,
-                    )
-                elif config.instances is not None:
-                    # Exclusive copies without batching: batches of one on one thread per copy.
-                    runners = [_one_at_a_time(copy) for copy in record.copies]
-                    executor = DynamicBatcher(
-                        runners,
-                        BatchPolicy(max_batch_size=1),
-                        name=(record.model, record.version),
-                        listener=self._batch_listener,
-                        clock=self._clock,
-                    )
-                self._executors[key] = executor
-        return self._executors[key]
-
-    def _call(
-        self,
-        record: VersionRecord,
-        features: Any,
-        request_id: str,
-        deadline: float | None = None,
-        priority: int | None = None,
-        after_response: list[Callable[[], None]] | None = None,
-    ) -> Prediction:
-        started = time.perf_counter()
-        with self._model_errors(record):
-            done, value = self._start(record, features, deadline, priority, blocking=True)
+        rows = self._rows(request)
+        if rows is not None:
+            return self._stacked(request, [self.infer(row, after_response) for row in rows])
+        call = self._admit(request)
+        with call.model_errors():
+            done, value = self._start(call, request, blocking=True)
             if not done:
                 try:
-                    value = value.result(timeout=self._remaining(deadline))
+                    value = value.result(timeout=call.remaining())
                 except FutureTimeout:
                     value.cancel()
-                    raise _late(record) from None
-        return self._answered(record, features, value, request_id, started, after_response)
+                    raise call.late() from None
+        return self._answered(call, request, value, after_response)
 
     async def infer_async(
-        self,
-        model: str,
-        features: Any,
-        version: str | None = None,
-        *,
-        request_id: str = "",
-        routing_key: str | None = None,
-        timeout_ms: float | None = None,
-        priority: int | None = None,
-        after_response: list[Callable[[], None]] | None = None,
+        self, request: InferenceRequest, after_response: list[Callable[[], None]] | None = None
     ) -> Prediction:
         """:meth:`infer` for an event loop: never blocks it while the model runs.
 
-        Batched versions queue the request and await the batch; the others run on the
-        service's thread pool (``server.threads`` threads). Same errors as :meth:`infer`.
+        Batched versions queue the request and await the batch; unbatched ones run on the
+        service's thread pool (``server.threads`` threads), or on the loop itself while
+        their calls stay quicker than a thread hop (:meth:`Lane.quick`). Same errors as
+        :meth:`infer`.
         """
-        deadline, record = self._admit(model, features, version, routing_key, timeout_ms)
-        started = time.perf_counter()
-        with self._model_errors(record):
-            done, value = self._start(record, features, deadline, priority, blocking=False)
+        rows = self._rows(request)
+        if rows is not None:
+            answers = await asyncio.gather(*(self.infer_async(r, after_response) for r in rows))
+            return self._stacked(request, list(answers))
+        call = self._admit(request)
+        with call.model_errors():
+            done, value = self._start(call, request, blocking=False)
             if not done:
+                waiting = asyncio.wrap_future(value)
                 try:
-                    value = await asyncio.wait_for(
-                        asyncio.wrap_future(value), self._remaining(deadline)
-                    )
+                    value = await asyncio.wait_for(waiting, call.remaining())
                 except TimeoutError:
-                    raise _late(record) from None  # wait_for cancelled the queued request
-        return self._answered(record, features, value, request_id, started, after_response)
+                    raise call.late() from None  # wait_for cancelled the queued request
+        return self._answered(call, request, value, after_response)
 
-    def _remaining(self, deadline: float | None) -> float | None:
-        """Seconds left until ``deadline`` (None: no deadline)."""
-        return None if deadline is None else max(0.0, deadline - self._clock())
+    def _rows(self, request: InferenceRequest) -> list[InferenceRequest] | None:
+        """A tensor request's rows, when it adds a batch dimension to a batching model.
 
-    def _start(
-        self,
-        record: VersionRecord,
-        features: Any,
-        deadline: float | None,
-        priority: int | None,
-        *,
-        blocking: bool,
-    ) -> tuple[bool, Any]:
+        Triton's clients send ``[b, *shape]`` to a model with ``max_batch_size`` > 0; a
+        batching Python model declares its inputs per item, so each row becomes a request
+        of its own, batched with everyone else's (None: answer the request as it is).
+        """
+        if not request.tensors:
+            return None
+        policy = self.lane(request.model).config.batching
+        if policy is None:
+            return None
+        specs = self.registry.get(request.model, request.version).instance.inputs
+        if not splits_rows(specs, policy):
+            return None
+        rows = split_rows(request.inputs, specs, policy.max_batch_size)
+        if rows is None:
+            return None
+        return [dataclasses.replace(request, inputs=row) for row in rows]
+
+    @staticmethod
+    def _stacked(request: InferenceRequest, answers: list[Prediction]) -> Prediction:
+        """One prediction from the rows' predictions (outputs stacked along a new axis)."""
+        first = answers[0]
+        try:
+            output = stack_rows([answer.output for answer in answers])
+        except TypeError as e:
+            raise PredictionError.logged(
+                request.model, first.version, "answered rows that cannot be stacked", e
+            ) from e
+        return Prediction(first.model, first.version, output, sum(a.latency_s for a in answers))
+
+    def _admit(self, request: InferenceRequest) -> _Call:
+        """The one admission path: the lane, deadline and version, once the input passes."""
+        lane = self.lane(request.model)
+        deadline = lane.deadline(request.timeout_ms)
+        if request.tensors:
+            ready = lane.route(request.version, request.routing_key)
+            lane.check_tensors(ready, request.inputs)
+        else:
+            key = lane.routing_key(request.routing_key, request.inputs)
+            ready = lane.route(request.version, key)
+            lane.validate(request.inputs)
+        return _Call(lane, ready, deadline, self._clock)
+
+    def _start(self, call: _Call, request: InferenceRequest, *, blocking: bool) -> tuple[bool, Any]:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
         ``blocking``: the caller's thread may run the model (a WSGI thread); an event loop
-        passes False and gets a future for every call.
+        passes False and gets a future unless the call is quick enough for the loop.
         """
-        instance = record.instance
-        assert instance is not None
-        executor = self._executor(record)
+        lane, deadline = call.lane, call.deadline
+        instance, features = call.ready.instance, request.inputs
+        executor = lane.executor(call.ready)
         if executor is None:
-            if blocking:
-                return True, _prepare_and_predict(instance, features, deadline, self._clock)
-            pool = self._thread_pool()
-            return False, pool.submit(
-                _prepare_and_predict, instance, features, deadline, self._clock
+            if blocking or lane.quick():  # a quick model costs less than the thread hop
+                return True, lane.timed(_prepare_and_predict, instance, features, deadline)
+            return False, self._thread_pool().submit(
+                lane.timed, _prepare_and_predict, instance, features, deadline
             )
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
             payload = instance.prepare(features)  # validated before it joins a batch
-            if deadline is not None and self._clock() >= deadline:
-                raise DeadlineExceededError("the request deadline passed before the model ran")
-            return False, executor.submit(payload, priority=priority, deadline=deadline)
+            call.check_deadline()
+            return False, executor.submit(payload, priority=request.priority, deadline=deadline)
         with executor.incoming() as arrival:  # lets the batcher wait for it
             payload = instance.prepare(features)
-            if deadline is not None and self._clock() >= deadline:
-                raise DeadlineExceededError("the request deadline passed before the model ran")
+            call.check_deadline()
             done, output = executor.run_inline(payload, arrival)  # batcher idle?
             if done:
-                if deadline is not None and self._clock() > deadline:
-                    raise _late(record)  # as late as a queued request would be
+                if self._clock() > deadline:
+                    raise call.late()  # as late as a queued request would be
                 return True, output
             return False, executor.submit(
-                payload, priority=priority, deadline=deadline, arrival=arrival
+                payload, priority=request.priority, deadline=deadline, arrival=arrival
             )
-
-    @contextmanager
-    def _model_errors(self, record: VersionRecord) -> Iterator[None]:
-        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
-        try:
-            yield
-        except InvalidInputError as e:
-            self._rejected(record.model, e.field or "features", record)
-            raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError):
-            raise
-        except Exception as e:
-            error_id = uuid.uuid4().hex[:12]
-            log.error(
-                "model %r version %r raised while predicting (error id %s)",
-                record.model,
-                record.version,
-                error_id,
-                exc_info=True,
-            )
-            raise PredictionError(record.model, record.version, error_id) from e
 
     def _answered(
         self,
-        record: VersionRecord,
-        features: Any,
+        call: _Call,
+        request: InferenceRequest,
         output: Any,
-        request_id: str,
-        started: float,
         after_response: list[Callable[[], None]] | None,
     ) -> Prediction:
         """Hand an answer to score metrics, the prediction log and the shadows."""
-        elapsed = time.perf_counter() - started
+        ready = call.ready
+        elapsed = time.perf_counter() - call.started
         if self._listener:
-            self._listener.prediction_made(record.model, record.version, output)
+            self._listener.prediction_made(ready.model, ready.version, output)
+        features = request.inputs
         if self.drift is not None:
-            self.drift.observe(record.model, record.version, features, output)
+            self.drift.observe(ready.model, ready.version, features, output)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
             self._recorder.record_prediction(
-                request_id, record.model, record.version, features, output, elapsed
+                request.request_id, ready.model, ready.version, features, output, elapsed
             )
         if self._shadows is not None:
             copy = functools.partial(
                 self._shadows.submit,
-                record.model,
-                record.version,
+                ready.model,
+                ready.version,
                 features,
                 output,
-                request_id,
+                request.request_id,
                 log_answer=logged,
             )
             if after_response is None:
                 copy()
             else:
                 after_response.append(copy)
-        return Prediction(record.model, record.version, output, elapsed)
+        return Prediction(ready.model, ready.version, output, elapsed)
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         """Threads for unbatched model calls made from an event loop (created on first use)."""
         if self._pool is None:
-            with self._executors_lock:
+            with self._pool_lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(
                         max_workers=self.registry.config.server.threads,
@@ -480,19 +351,14 @@ class InferenceService:
 
     def release(self, model: str, version: str) -> None:
         """Stop the batcher of an unloaded version (its queued requests finish first)."""
-        with self._executors_lock:
-            keys = [k for k in self._executors if k[:2] == (model, version)]
-            executors = [self._executors.pop(k) for k in keys]
-        for executor in executors:
-            if executor is not None:
-                executor.close()
+        for executor in self.lane(model).release(version):
+            executor.close()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Finish every queued request and stop the batcher threads."""
-        with self._executors_lock:
-            executors = [e for e in self._executors.values() if e is not None]
-        for executor in executors:
-            executor.close(timeout_s)
+        for lane in self._lanes.values():
+            for executor in lane.executors():
+                executor.close(timeout_s)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
@@ -507,53 +373,55 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
 
 
 def _prepare_and_predict(
-    instance: Model, features: Any, deadline: float | None, clock: Callable[[], float]
+    instance: Model, features: Any, deadline: float, clock: Callable[[], float]
 ) -> Any:
     """An unbatched call: the deadline is checked once the input is ready."""
     payload = instance.prepare(features)
-    if deadline is not None and clock() >= deadline:
+    if clock() >= deadline:
         raise DeadlineExceededError("the request deadline passed before the model ran")
     return instance.predict(payload)
 
 
-def _late(record: VersionRecord) -> DeadlineExceededError:
-    return DeadlineExceededError(
-        f"model {record.model!r} did not answer within the request deadline"
-    )
+class _Call:
+    """One admitted request on its way through the model: where, until when, since when."""
 
+    __slots__ = ("_clock", "deadline", "lane", "ready", "started")
 
-def _one_at_a_time(model: Model) -> Callable[[list[Any]], list[Any]]:
-    def run(batch: list[Any]) -> list[Any]:
-        return [model.predict(payload) for payload in batch]
+    def __init__(
+        self, lane: Lane, ready: ReadyVersion, deadline: float, clock: Callable[[], float]
+    ) -> None:
+        self.lane = lane
+        self.ready = ready
+        self.deadline = deadline
+        self.started = time.perf_counter()
+        self._clock = clock
 
-    return run
+    def remaining(self) -> float:
+        """Seconds left until the deadline."""
+        return max(0.0, self.deadline - self._clock())
 
+    def check_deadline(self) -> None:
+        """Refuse to start a model call once the deadline has passed."""
+        if self._clock() >= self.deadline:
+            raise DeadlineExceededError("the request deadline passed before the model ran")
 
-def to_key(value: Any) -> str:
-    """A stable string for a routing-key feature value."""
-    return value if isinstance(value, str) else repr(value)
-
-
-def _check_tensors(
-    model: str, specs: tuple[TensorSpec, ...] | Any, tensors: Mapping[str, np.ndarray]
-) -> None:
-    if not specs:
-        return
-    declared = {spec.name: spec for spec in specs}
-    unknown = sorted(set(tensors) - set(declared))
-    if unknown:
-        raise InvalidInputError(
-            f"model {model!r} has no input(s) {unknown}; its inputs are {sorted(declared)}",
-            field=unknown[0],
+    def late(self) -> DeadlineExceededError:
+        """The error of an answer that came (or would come) after the deadline."""
+        return DeadlineExceededError(
+            f"model {self.ready.model!r} did not answer within the request deadline"
         )
-    missing = sorted(set(declared) - set(tensors))
-    if missing:
-        raise InvalidInputError(f"model {model!r} needs input(s) {missing}", field=missing[0])
-    for name, spec in declared.items():
-        shape = tensors[name].shape
-        if not spec.accepts(shape):
-            raise InvalidInputError(
-                f"input {name!r} of model {model!r} has shape {list(shape)}; expected "
-                f"{list(spec.shape)} (-1 = any size)",
-                field=name,
-            )
+
+    @contextmanager
+    def model_errors(self) -> Iterator[None]:
+        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
+        try:
+            yield
+        except InvalidInputError as e:
+            self.lane.rejected(e.field or "features", self.ready)
+            raise  # the model rejected its input on purpose: a 400, not a model failure
+        except (OverloadedError, DeadlineExceededError):
+            raise
+        except Exception as e:
+            raise PredictionError.logged(
+                self.ready.model, self.ready.version, "raised while predicting", e
+            ) from e

@@ -288,9 +288,8 @@ class ShadowRouter:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            record = self._registry.get(model, version)
-            assert record.instance is not None
-            answer = record.instance.predict(record.instance.prepare(features))
+            instance = self._registry.get(model, version).instance
+            answer = instance.predict(instance.prepare(features))
             elapsed = time.perf_counter() - started
             if elapsed * 1000 > shadow.config.timeout_ms:
                 outcome = "timeout"

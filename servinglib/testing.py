@@ -13,7 +13,7 @@ then test a model through the real app, exactly as gunicorn would serve it::
 Fixtures:
     servinglib_config_path: ``servinglib.yaml`` in pytest's root directory; override the
         fixture in a conftest.py to test another file.
-    servinglib_app: the app of :func:`servinglib.http.app.create_app_from_config`, every
+    servinglib_app: the app of :func:`servinglib.serve.app.create_app_from_config`, every
         model loaded and self-tested; built once per test session.
     servinglib_client: a Flask test client of that app.
 """
@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ from servinglib.config import load_config
 from servinglib.model import Tolerance
 from servinglib.registry import VersionRecord, VersionState
 from servinglib.selftest import compare_outputs, to_plain
+from servinglib.wire.datatypes import datatype_of, numpy_dtype
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -54,23 +55,6 @@ __all__ = [
     "servinglib_config_path",
 ]
 
-# NumPy dtype -> Open Inference datatype, for the tensors infer_v2 sends.
-_DATATYPES = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
-_DTYPES = {datatype: dtype for dtype, datatype in _DATATYPES.items()}
-
 
 @pytest.fixture(scope="session")
 def servinglib_config_path(request: pytest.FixtureRequest) -> Path:
@@ -85,13 +69,15 @@ def servinglib_config_path(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture(scope="session")
-def servinglib_app(servinglib_config_path: Path) -> Flask:
+def servinglib_app(servinglib_config_path: Path) -> Iterator[Flask]:
     """The service's app with every model loaded and self-tested, as a gunicorn worker has it."""
-    from servinglib.http.app import create_app_from_config
+    from servinglib.monitoring.logs import flush_logs
+    from servinglib.serve.app import create_app_from_config
 
     app = create_app_from_config(servinglib_config_path)
     _logs_to_pytest()
-    return app
+    yield app
+    flush_logs()  # the last log lines, before pytest's summary
 
 
 def _logs_to_pytest() -> None:
@@ -109,9 +95,16 @@ def _logs_to_pytest() -> None:
 
 
 @pytest.fixture
-def servinglib_client(servinglib_app: Flask) -> FlaskClient:
-    """A test client of :func:`servinglib_app`: requests go through the whole HTTP stack."""
-    return servinglib_app.test_client()
+def servinglib_client(servinglib_app: Flask) -> Iterator[FlaskClient]:
+    """A test client of :func:`servinglib_app`: requests go through the whole HTTP stack.
+
+    The access-log lines of the test's requests are written before the test ends (the log
+    writer batches them), so pytest shows them with the test.
+    """
+    from servinglib.monitoring.logs import flush_logs
+
+    yield servinglib_app.test_client()
+    flush_logs()
 
 
 def assert_selftests_pass(
@@ -168,7 +161,7 @@ def infer_v2(
     tensors = []
     for name, value in inputs.items():
         array = np.asarray(value)
-        datatype = _DATATYPES.get(array.dtype.name, "BYTES")
+        datatype = datatype_of(array)
         tensors.append(
             {
                 "name": name,
@@ -185,7 +178,7 @@ def infer_v2(
         )
     outputs: dict[str, np.ndarray] = {}
     for output in response.get_json()["outputs"]:
-        dtype = _DTYPES.get(output["datatype"], "object")
+        dtype = numpy_dtype(output["datatype"])
         outputs[output["name"]] = np.asarray(output["data"], dtype=dtype).reshape(output["shape"])
     return outputs
 

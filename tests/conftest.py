@@ -16,7 +16,7 @@ import pytest
 import requests
 from flask.testing import FlaskClient
 
-from servinglib.http.app import create_app_from_config
+from servinglib.serve.app import create_app_from_config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVICE_CONFIG = FIXTURES / "service" / "servinglib.yaml"

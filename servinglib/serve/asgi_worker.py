@@ -2,8 +2,9 @@
 
 gunicorn still runs the show (pre-fork, hooks, worker restarts, graceful shutdown); each
 worker runs one uvloop event loop with httptools' C HTTP parser instead of a thread per
-connection. The worker loads the same app as the gthread worker (``servinglib.http.wsgi:app``)
-and wraps it in :class:`servinglib.http.asgi.AsgiFrontEnd`.
+connection. After fork the worker builds its :class:`~servinglib.worker.Worker` from
+``SERVINGLIB_CONFIG`` and serves it with :func:`servinglib.http.app.create_asgi_app`
+(gunicorn's app argument is not imported).
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn_worker import UvicornWorker
 
-from servinglib.http.asgi import AsgiFrontEnd
+from servinglib.http.app import create_asgi_app
+from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
+from servinglib.worker import Worker
 
 __all__ = ["AsyncioWorker", "limited_protocol"]
 
 
 class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
-    """gunicorn worker: one event loop, ``/infer`` on the loop, the rest in Flask threads."""
+    """gunicorn worker: one event loop, inference on the loop, the rest in Flask threads."""
 
     CONFIG_KWARGS: ClassVar[dict[str, Any]] = {
         "loop": "uvloop",
@@ -34,6 +37,7 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
     }
 
     balance: ClassVar[ConnectionBalance | None] = None  # shared by the workers of a server
+    serving: Worker | None = None  # this process's worker, once built
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # runs in the master, before the fork
@@ -44,14 +48,15 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         )
 
     def load_wsgi(self) -> None:
-        """Load the servinglib app, then put the event-loop front end around it."""
-        super().load_wsgi()
-        app: Any = getattr(self, "wsgi")  # noqa: B009 (set by gunicorn, untyped)
+        """Load every model (the worker), then build the event-loop app around it."""
+        serving = worker_from_environment()
+        self.serving = serving
         balance = AsyncioWorker.balance
         assert balance is not None
         balance.join()  # only now: a worker still loading its models must not attract clients
-        self.servinglib_app = app  # for the post_worker_init hook (the ready report)
-        self.wsgi = AsgiFrontEnd(app, threads=self.cfg.threads, close_when=balance.crowded)
+        self.wsgi = create_asgi_app(
+            serving.service, serving.metrics, serving.config.server, close_when=balance.crowded
+        )
 
     async def _serve(self) -> None:
         # uvicorn re-raises SIGTERM/SIGINT once its graceful shutdown is done; with the

@@ -1,6 +1,6 @@
 """The shipped gunicorn config file.
 
-Use it as ``gunicorn -c python:servinglib.serve.gunicorn_conf servinglib.http.wsgi:app``.
+Use it as ``gunicorn -c python:servinglib.serve.gunicorn_conf servinglib.serve.wsgi:app``.
 
 Reads ``SERVINGLIB_CONFIG`` (default ``servinglib.yaml``) and applies its ``server:``
 settings and servinglib's hooks; sets up the Prometheus multiprocess directory before

@@ -181,17 +181,31 @@ def post_worker_init(worker: Any) -> None:
     logging.getLogger("gunicorn.error").addFilter(_ClosedListenerFilter())
     from servinglib.serve.ready import report_worker_ready
 
-    # The asyncio worker wraps the app in its event-loop front end and keeps the app aside.
-    report_worker_ready(getattr(worker, "servinglib_app", None) or getattr(worker, "wsgi", None))
+    serving = getattr(worker, "serving", None)  # servinglib's worker classes keep their Worker
+    if serving is not None:
+        report_worker_ready(serving.service.registry)
+        return
+    # A stock gunicorn worker serving servinglib.serve.wsgi:app: the app holds the service.
+    extensions = getattr(getattr(worker, "wsgi", None), "extensions", None)
+    if isinstance(extensions, dict) and "servinglib.service" in extensions:
+        report_worker_ready(extensions["servinglib.service"].registry)
 
 
 def worker_exit(server: Any, worker: Any) -> None:
-    """Worker leaving (after draining requests): flush shadow copies and the prediction log."""
-    app = getattr(worker, "wsgi", None)
-    extensions = getattr(app, "extensions", {})
-    shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
-    if callable(shutdown):
-        shutdown()
+    """Worker leaving (after draining requests): flush shadow copies and the prediction log.
+
+    servinglib's worker classes keep their :class:`~servinglib.worker.Worker` as
+    ``worker.serving``; under a stock gunicorn worker the app of
+    ``servinglib.serve.wsgi:app`` holds the same ``close`` as its shutdown extension.
+    """
+    serving = getattr(worker, "serving", None)
+    if serving is not None:
+        serving.close()
+    else:
+        extensions = getattr(getattr(worker, "wsgi", None), "extensions", {})
+        shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
+        if callable(shutdown):
+            shutdown()
     from servinglib.monitoring.logs import flush_logs
 
     flush_logs()  # the access-log lines of the last requests

@@ -31,13 +31,11 @@ NOTE_ENV = "SERVINGLIB_READY_NOTE"
 POLL_S = 0.1
 
 
-def report_worker_ready(app: Any) -> None:
-    """Worker side: write this worker's version states (``app`` is the servinglib app)."""
+def report_worker_ready(registry: Any) -> None:
+    """Worker side: write this worker's version states (``registry``: its model registry)."""
     directory = os.environ.get(READY_DIR_ENV)
-    extensions = getattr(app, "extensions", None)
-    if not directory or not isinstance(extensions, dict):
+    if not directory or registry is None:
         return
-    registry = extensions["servinglib.service"].registry
     models = {}
     for name in registry.model_names():
         records = registry.records(name)

@@ -9,7 +9,7 @@ from servinglib.serve import hooks
 
 __all__ = ["WORKER_CLASSES", "WSGI_APP", "gunicorn_settings"]
 
-WSGI_APP = "servinglib.http.wsgi:app"
+WSGI_APP = "servinglib.serve.wsgi:app"
 WORKER_CLASSES = {
     "asyncio": "servinglib.serve.asgi_worker.AsyncioWorker",
     "gthread": "servinglib.serve.worker.LingeringThreadWorker",

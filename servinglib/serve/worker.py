@@ -20,6 +20,10 @@ from typing import Any
 
 from gunicorn.workers.gthread import ThreadWorker
 
+from servinglib.http.app import create_app
+from servinglib.serve.app import worker_from_environment
+from servinglib.worker import Worker
+
 __all__ = ["LINGER_S", "LingeringThreadWorker"]
 
 LINGER_S = 0.002  # how long a thread waits for the next request of its connection
@@ -27,6 +31,14 @@ LINGER_S = 0.002  # how long a thread waits for the next request of its connecti
 
 class LingeringThreadWorker(ThreadWorker):  # type: ignore[misc]
     """gthread, serving back-to-back requests of one connection on the same thread."""
+
+    serving: Worker | None = None  # this process's worker, once built
+
+    def load_wsgi(self) -> None:
+        """Load every model (the worker), then build the WSGI app around it."""
+        serving = worker_from_environment()
+        self.serving = serving
+        self.wsgi = create_app(serving.service, serving.metrics, serving.config.server)
 
     def handle(self, conn: Any) -> Any:
         """Serve a request, then the connection's next ones while they follow at once."""

@@ -163,9 +163,15 @@ def test_keepalive_connections_spread_over_the_workers(
 ) -> None:
     """All 8 connections open on one worker (the other is stopped); they end up shared."""
     server = start_server(service_config, "--workers", "2", "--worker", "asyncio")
-    children = subprocess.run(
-        ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True, check=True
-    ).stdout.split()
+    # /readyz answers once one worker is up; gunicorn forks the second one a moment later.
+    deadline = time.monotonic() + 60
+    while True:
+        children = subprocess.run(
+            ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        if len(children) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     workers = [int(pid) for pid in children]
     assert len(workers) == 2, children
     body = {"model_id": "whoami", "features": {}}

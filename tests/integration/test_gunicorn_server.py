@@ -174,7 +174,7 @@ def test_shipped_gunicorn_conf_runs_the_same_app(start_server: Any, service_conf
             gunicorn,
             "-c",
             "python:servinglib.serve.gunicorn_conf",
-            "servinglib.http.wsgi:app",
+            "servinglib.serve.wsgi:app",
         ],
         env={"SERVINGLIB_CONFIG": str(service_config), "SERVINGLIB_HOST": "127.0.0.1"},
     )

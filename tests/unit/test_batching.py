@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from servinglib.batching import BatchPolicy, DynamicBatcher
+from servinglib.batching import DynamicBatcher
+from servinglib.config import BatchPolicy
 from servinglib.errors import DeadlineExceededError, OverloadedError
 
 

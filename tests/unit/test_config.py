@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from servinglib.config import load_config
+from servinglib.config import (
+    AdminConfig,
+    BatchPolicy,
+    ComparatorConfig,
+    ModelConfig,
+    PredictionLogConfig,
+    ServerConfig,
+    ServiceConfig,
+    ShadowConfig,
+    ShadowExecutorConfig,
+    config_schema,
+    load_config,
+)
 from servinglib.errors import ConfigError
 
 MODEL = """
@@ -123,3 +137,62 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
     bad.write_text("service: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad, environ={})
+
+
+# Where each object of the JSON Schema lands: its properties' defaults (documentation for
+# editors and the generated reference) must be the dataclass's, which are the ones applied.
+SCHEMA_OBJECTS: list[tuple[tuple[str, ...], type]] = [
+    (("properties", "server"), ServerConfig),
+    (("properties", "shadow_executor"), ShadowExecutorConfig),
+    (("properties", "admin"), AdminConfig),
+    (("$defs", "model"), ModelConfig),
+    (("$defs", "model", "properties", "shadow", "items"), ShadowConfig),
+    (("$defs", "model", "properties", "batching"), BatchPolicy),
+    (("$defs", "prediction_log"), PredictionLogConfig),
+    (("$defs", "comparator"), ComparatorConfig),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "cls"), SCHEMA_OBJECTS, ids=[cls.__name__ for _, cls in SCHEMA_OBJECTS]
+)
+def test_schema_defaults_equal_the_dataclass_defaults(path: tuple[str, ...], cls: type) -> None:
+    node = config_schema()
+    for key in path:
+        node = node[key]
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    documented = {
+        key: spec["default"] for key, spec in node["properties"].items() if "default" in spec
+    }
+    assert documented, f"no defaults under {path}"
+    for key, value in documented.items():
+        assert key in defaults, f"{'/'.join(path)}: {key} has a default but no field"
+        assert defaults[key] == value, f"{cls.__name__}.{key}: {defaults[key]!r} != {value!r}"
+
+
+def test_every_schema_default_is_checked_against_a_dataclass() -> None:
+    checked = {path for path, _ in SCHEMA_OBJECTS}
+    found: list[tuple[str, ...]] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            if any(
+                isinstance(v, dict) and "default" in v for v in node.get("properties", {}).values()
+            ):
+                found.append(path)
+            for key, child in node.items():
+                walk(child, (*path, key))
+
+    walk(config_schema(), ())
+    # runtime_options are read by the runtimes (ONNX Runtime session settings), not config.
+    runtime = ("$defs", "model", "properties", "runtime_options")
+    assert set(found) - {runtime} == checked
+
+
+def test_absent_keys_take_the_dataclass_defaults(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "service: eta-service\nmodels:" + MODEL), environ={})
+    model = config.models[0]
+    assert model.routing_header == ModelConfig.routing_header
+    assert model.deadline_ms == ModelConfig.deadline_ms
+    assert model.load_timeout_s == ModelConfig.load_timeout_s
+    assert config.team == ServiceConfig.team

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from servinglib.cli import main
-from servinglib.http.app import create_app_from_config
+from servinglib.serve.app import create_app_from_config
 from tests.conftest import FIXTURES
 
 

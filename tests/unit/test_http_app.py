@@ -347,7 +347,7 @@ def test_many_dimensions_are_refused_quickly(client: FlaskClient) -> None:
 def test_envoy_deadline_header_gives_504(tmp_path: Path) -> None:
     import shutil
 
-    from servinglib.http.app import create_app_from_config
+    from servinglib.serve.app import create_app_from_config
 
     fixture = Path(__file__).parents[1] / "fixtures" / "batching"
     shutil.copytree(fixture, tmp_path / "svc")

@@ -130,7 +130,10 @@ def test_not_ready_when_default_version_failed(tmp_path: Path) -> None:
     registry = ModelRegistry(load_config(config, environ={}))
     registry.load_all()
     assert not registry.is_ready()
-    assert registry.get("adder", "1").state is VersionState.READY
+    assert registry.record("adder", "1").state is VersionState.READY
+    ready = registry.get("adder", "1")  # a READY version always carries its instance
+    assert ready.instance.predict({"x": 1.0}) == {"y": 2.0}
+    assert ready.copies == (ready.instance,)
 
 
 def test_unknown_model_and_version_list_what_exists(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from flask.testing import FlaskClient
 
 from servinglib.config import load_config
 from servinglib.errors import ModelLoadError
-from servinglib.http.app import create_app_from_config
 from servinglib.registry import ModelRegistry, VersionState
 from servinglib.runtimes.onnx import choose_providers
+from servinglib.serve.app import create_app_from_config
 
 WEIGHTS = np.array([[1.0, -1.0], [0.5, 2.0], [0.0, 1.0]], dtype=np.float32)
 BIAS = np.array([0.25, -0.5], dtype=np.float32)

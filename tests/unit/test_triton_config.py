@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servinglib.batching import BatchPolicy
+from servinglib.batch_rows import split_rows, splits_rows, stack_rows
+from servinglib.config import BatchPolicy
 from servinglib.errors import InvalidInputError
-from servinglib.http._triton_config import splits_rows, tensor_metadata, triton_model_config
-from servinglib.http._v2_rows import split_rows, stack_rows
+from servinglib.http._triton_config import tensor_metadata, triton_model_config
 from servinglib.model import TensorSpec
 
 ONNX_IN = (TensorSpec("pixels", "FP32", (-1, 64)),)

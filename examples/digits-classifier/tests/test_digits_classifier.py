@@ -11,9 +11,9 @@ import pytest
 
 from servinglib.checks import run_all_selftests
 from servinglib.config import load_config
-from servinglib.http.app import create_app_from_config
 from servinglib.optimize import QuantizeOptions, quantize_model
 from servinglib.registry import VersionState
+from servinglib.serve.app import create_app_from_config
 from servinglib.testing import import_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent

@@ -199,7 +199,7 @@ def test_batched_answers_equal_lone_answers(build: Build) -> None:
 @EXPORT_WARNINGS[2]
 @EXPORT_WARNINGS[3]
 def test_served_with_batching_on_both_protocols(build: Build) -> None:
-    from servinglib.http.app import create_app_from_config
+    from servinglib.serve.app import create_app_from_config
 
     client = create_app_from_config(build.config).test_client()
     response = client.post("/infer", json={"model_id": "minilm", "features": {"text": "Hi!"}})

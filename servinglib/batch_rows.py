@@ -16,7 +16,7 @@ import numpy as np
 from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
 
-__all__ = ["split_rows", "stack_rows"]
+__all__ = ["split_rows", "splits_rows", "stack_rows"]
 
 
 def split_rows(
@@ -66,3 +66,18 @@ def stack_rows(outputs: Sequence[Any]) -> dict[str, np.ndarray]:
     if not all(isinstance(o, dict) and o.keys() == first.keys() for o in outputs):
         raise TypeError("predict() must return a dict with the same tensor names for every row")
     return {name: np.stack([np.asarray(o[name]) for o in outputs]) for name in first}
+
+
+def splits_rows(inputs: Sequence[TensorSpec], batching: object | None) -> bool:
+    """True when a batching model's inputs have no batch dimension of their own.
+
+    ``batching`` is the model's batching policy (None: the model does not batch).
+
+    Then a request may add one (``[b, *shape]``, b <= max_batch_size) and the server answers
+    each row as its own request, batched with everyone else's.
+    """
+    return (
+        batching is not None
+        and bool(inputs)
+        and not all(spec.shape and spec.shape[0] == -1 for spec in inputs)
+    )

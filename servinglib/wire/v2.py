@@ -8,6 +8,7 @@ BYTES elements are each a 4-byte little-endian length followed by the bytes.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Mapping, Sequence
@@ -18,27 +19,10 @@ import numpy as np
 
 from servinglib import jsonbytes
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
-from servinglib.http._json import parse_json
+from servinglib.wire.datatypes import DATATYPES, datatype_of, numpy_dtype, wire_dtype
+from servinglib.wire.strict_json import parse_json
 
-__all__ = ["DATATYPES", "InferRequest", "datatype_of", "decode_request", "encode_response"]
-
-# Open Inference datatype -> little-endian NumPy dtype (None: BYTES, handled separately).
-DATATYPES: dict[str, str | None] = {
-    "BOOL": "|b1",
-    "UINT8": "|u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-    "INT8": "|i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-    "BF16": "<u2",  # decoded to FP32 (exact: every BF16 value is an FP32 value)
-    "BYTES": None,
-}
+__all__ = ["InferRequest", "RequestedOutput", "decode_request", "encode_response"]
 
 MAX_ELEMENTS = 16 * 1024 * 1024
 MAX_DIMENSIONS = 32
@@ -220,7 +204,7 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
         array = np.empty(count, dtype=object)
         array[:] = elements
         return array.reshape(shape)
-    dtype = np.dtype(DATATYPES[datatype])
+    dtype = wire_dtype(datatype)
     if len(data) != count * dtype.itemsize:
         raise InvalidInputError(
             f"{where}: {len(data)} binary bytes for shape {list(shape)} of {datatype} "
@@ -235,6 +219,8 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
 def _flatten(data: Any) -> list[Any]:
     if not isinstance(data, list):
         return [data]
+    if list not in map(type, data):  # already flat, as most clients send it (a C loop)
+        return data
     out: list[Any] = []
     stack = [iter(data)]
     while stack:
@@ -246,6 +232,11 @@ def _flatten(data: Any) -> list[Any]:
         else:
             stack.pop()
     return out
+
+
+# Element types JSON numbers decode to (bool is its own type, so true/false never pass).
+_INTEGER = frozenset({int})
+_NUMBER = frozenset({int, float})
 
 
 def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
@@ -266,36 +257,19 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
             raise InvalidInputError(f"{where}: BOOL data must be true/false")
         return np.array(flat, dtype=bool).reshape(shape)
     integer = datatype.startswith(("INT", "UINT"))
-    for v in flat:
-        if (
-            isinstance(v, bool)
-            or not isinstance(v, int | float)
-            or (integer and not isinstance(v, int))
-        ):
-            kind = "integers" if integer else "numbers"
-            raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {v!r}")
+    allowed = _INTEGER if integer else _NUMBER
+    if not allowed.issuperset(map(type, flat)):  # C loops: this runs on the event loop
+        bad = next(v for v in flat if type(v) not in allowed)
+        kind = "integers" if integer else "numbers"
+        raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
     if datatype == "BF16":
         return np.array(flat, dtype=np.float32).reshape(shape)
-    dtype = np.dtype(DATATYPES[datatype]).newbyteorder("=")
+    dtype = numpy_dtype(datatype)
     if integer and flat:
-        info = np.iinfo(dtype)
-        low, high = min(flat), max(flat)
-        if low < info.min or high > info.max:
+        lowest, highest = _integer_range(dtype)
+        if min(flat) < lowest or max(flat) > highest:
             raise InvalidInputError(f"{where}: value out of range for {datatype}")
     return np.array(flat, dtype=dtype).reshape(shape)
-
-
-def datatype_of(array: np.ndarray) -> str:
-    """Open Inference datatype of a NumPy array (strings and objects are BYTES)."""
-    kind = array.dtype.kind
-    if kind in "USO":
-        return "BYTES"
-    if kind == "b":
-        return "BOOL"
-    names = {"i": "INT", "u": "UINT", "f": "FP"}
-    if kind in names:
-        return f"{names[kind]}{array.dtype.itemsize * 8}"
-    raise TypeError(f"dtype {array.dtype} has no Open Inference datatype")
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -361,9 +335,7 @@ def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
             raw = _as_bytes(value)
             parts.append(struct.pack("<I", len(raw)) + raw)
         return b"".join(parts)
-    dtype = DATATYPES[datatype]
-    assert dtype is not None
-    return np.ascontiguousarray(array, dtype=np.dtype(dtype)).tobytes()
+    return np.ascontiguousarray(array, dtype=wire_dtype(datatype)).tobytes()
 
 
 def _tensor_json(array: np.ndarray, datatype: str, name: str) -> Any:
@@ -380,3 +352,9 @@ def _tensor_json(array: np.ndarray, datatype: str, name: str) -> Any:
                 '"parameters": {"binary_data": true}'
             ) from e
     return out
+
+
+@functools.cache
+def _integer_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)

@@ -1,4 +1,4 @@
-"""servinglib.http._v2_codec: every datatype through JSON and binary, and every malformed body."""
+"""servinglib.wire: every datatype through JSON and binary, and every malformed body."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
-from servinglib.http._v2_codec import decode_request, encode_response
+from servinglib.wire.datatypes import datatype_of, numpy_dtype
+from servinglib.wire.v2 import decode_request, encode_response
 
 NUMERIC = {
     "BOOL": np.array([[True, False], [False, True]]),
@@ -326,3 +327,22 @@ def test_unknown_requested_output() -> None:
             ).outputs,
             binary_default=False,
         )
+
+
+@pytest.mark.parametrize(
+    ("datatype", "dtype"),
+    [
+        ("FP32", "float32"),
+        ("INT64", "int64"),
+        ("BOOL", "bool"),
+        ("BYTES", "object"),
+        ("BF16", "float32"),
+        ("UINT16", "uint16"),
+    ],
+)
+def test_one_datatype_table_gives_dtypes_both_ways(datatype: str, dtype: str) -> None:
+    assert numpy_dtype(datatype) == np.dtype(dtype)
+    if datatype != "BF16":  # served as FP32
+        assert datatype_of(np.zeros(1, dtype=numpy_dtype(datatype))) == datatype
+    with pytest.raises(TypeError, match="no Open Inference datatype"):
+        datatype_of(np.zeros(1, dtype=np.complex64))

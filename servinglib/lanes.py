@@ -1,0 +1,248 @@
+"""A model's lane: everything its requests need, built once per model and worker.
+
+The service looks a model up once per request and finds here its config, input-schema
+validator, traffic split, routing rules and the executor (batcher or instance queue) of
+each version, instead of asking the registry for each of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import jsonschema
+
+from servinglib.batching import BatchFunction, BatchListener, DynamicBatcher
+from servinglib.config import BatchPolicy, ModelConfig
+from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotFoundError
+from servinglib.model import Model
+from servinglib.registry import ModelRegistry, ReadyVersion
+from servinglib.routing import TrafficSplit
+
+__all__ = ["QUICK_S", "Lane", "RejectionListener", "to_key"]
+
+log = logging.getLogger("servinglib.service")
+
+# An unbatched model whose calls take less than this (moving average) runs on the event
+# loop itself: handing it to a thread and back costs more than the call (about 20 us of
+# CPU and two wake-ups), while blocking the loop for this long delays no one noticeably.
+QUICK_S = 0.0002
+_SMOOTHING = 0.05  # weight of the newest call in the moving average
+
+
+class RejectionListener(Protocol):
+    """Told about rejected inputs; the metrics layer implements it."""
+
+    def input_rejected(self, model: str, field: str) -> None:
+        """The input of a request failed validation at ``field``."""
+
+
+class Lane:
+    """One model's request path: routing, input checks and executors.
+
+    Example::
+
+        lane = Lane(registry, registry.model_config("eta"))
+        ready = lane.route(None, routing_key="user-42")
+        lane.validate({"distance_km": 2.0})
+    """
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        config: ModelConfig,
+        listener: RejectionListener | None = None,
+        batch_listener: BatchListener | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = config.name
+        self.config = config
+        self.routing_header = config.routing_header
+        self._registry = registry
+        self._listener = listener
+        self._batch_listener = batch_listener
+        self._clock = clock
+        self._validator: jsonschema.protocols.Validator | None = None
+        self._properties: frozenset[str] = frozenset()
+        if config.input_schema is not None:
+            self._validator = jsonschema.Draft202012Validator(config.input_schema)
+            self._properties = frozenset(config.input_schema.get("properties", {}))
+        self._split = TrafficSplit(config.name, config.traffic) if config.traffic else None
+        self._fallbacks_logged: set[str] = set()
+        self._executors: dict[tuple[str, int], DynamicBatcher | None] = {}
+        self._lock = threading.Lock()
+        self._call_s = QUICK_S * 10  # unmeasured: assume slow until calls say otherwise
+
+    def quick(self) -> bool:
+        """Whether the model's unbatched calls are quick enough to run on an event loop."""
+        return self._call_s < QUICK_S
+
+    def timed(
+        self, call: Callable[..., Any], instance: Model, features: Any, deadline: float
+    ) -> Any:
+        """Run an unbatched ``call`` and fold its duration into the moving average."""
+        started = self._clock()
+        try:
+            return call(instance, features, deadline, self._clock)
+        finally:
+            self._call_s += _SMOOTHING * (self._clock() - started - self._call_s)
+
+    def deadline(self, timeout_ms: float | None) -> float:
+        """Absolute deadline: the model's ``deadline_ms``, or the caller's budget when shorter."""
+        budget: float = self.config.deadline_ms
+        if timeout_ms is not None and timeout_ms > 0:
+            budget = min(budget, timeout_ms)
+        return self._clock() + budget / 1000
+
+    def routing_key(self, header_value: str | None, features: Any) -> str | None:
+        """The sticky routing key: the configured feature when there is one, else the header."""
+        feature = self.config.routing_feature
+        if feature is not None:
+            value = features.get(feature) if isinstance(features, Mapping) else None
+            return None if value is None else str(to_key(value))
+        return header_value
+
+    def route(self, version: str | None, routing_key: str | None) -> ReadyVersion:
+        """The READY version that answers: explicit, else the traffic split, else the default.
+
+        A split version that is not READY falls back to the default version.
+        """
+        if version is not None:
+            return self._registry.get(self.name, version)
+        if self._split is None:
+            return self._registry.get(self.name)
+        chosen = self._split.choose(routing_key)
+        try:
+            return self._registry.get(self.name, chosen)
+        except (ModelNotReadyError, VersionNotFoundError):
+            if chosen not in self._fallbacks_logged:  # once, not per request
+                self._fallbacks_logged.add(chosen)
+                log.warning(
+                    "model %r: traffic version %r cannot answer; using the default",
+                    self.name,
+                    chosen,
+                )
+            return self._registry.get(self.name)
+
+    def require_version(self, version: str | None) -> None:
+        """Refuse a version this model does not have (any state will do).
+
+        Raises:
+            VersionNotFoundError: naming the versions there are.
+        """
+        if version is not None:
+            self._registry.record(self.name, version)
+
+    def validate(self, features: Any) -> None:
+        """Check LyftLearn-style ``features`` against the model's ``input_schema``.
+
+        Raises:
+            InvalidInputError: naming the first failing field.
+        """
+        if self._validator is None:
+            return
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(features))
+        if error is not None:
+            path = [str(p) for p in error.absolute_path]
+            field = path[0] if path else "features"
+            self.rejected(field)
+            where = "features." + ".".join(path) if path else "features"
+            raise InvalidInputError(f"{where}: {error.message}", field=field)
+
+    def check_tensors(self, ready: ReadyVersion, tensors: Mapping[str, Any]) -> None:
+        """Check Open Inference tensors against the inputs the version declares.
+
+        Raises:
+            InvalidInputError: an unknown or missing input, or a shape that does not fit.
+        """
+        specs = ready.instance.inputs
+        if not specs:
+            return
+        try:
+            if len(specs) == len(tensors) and all(spec.name in tensors for spec in specs):
+                for spec in specs:  # the usual request: exactly the declared inputs
+                    spec.check(self.name, tensors[spec.name].shape)
+                return
+            declared = {spec.name: spec for spec in specs}
+            unknown = sorted(set(tensors) - set(declared))
+            if unknown:
+                raise InvalidInputError(
+                    f"model {self.name!r} has no input(s) {unknown}; its inputs are "
+                    f"{sorted(declared)}",
+                    field=unknown[0],
+                )
+            missing = sorted(set(declared) - set(tensors))
+            if missing:
+                raise InvalidInputError(
+                    f"model {self.name!r} needs input(s) {missing}", field=missing[0]
+                )
+            for name, spec in declared.items():
+                spec.check(self.name, tensors[name].shape)
+        except InvalidInputError as e:
+            self.rejected(e.field or "inputs", ready)
+            raise
+
+    def rejected(self, field: str, ready: ReadyVersion | None = None) -> None:
+        """Count a rejected input; fields outside the schema or tensor names become ``_other``."""
+        if self._listener is None:
+            return
+        known = field in ("features", "inputs") or field in self._properties
+        if not known and ready is not None:
+            known = any(spec.name == field for spec in ready.instance.inputs)
+        self._listener.input_rejected(self.name, field if known else "_other")
+
+    def executor(self, ready: ReadyVersion) -> DynamicBatcher | None:
+        """The batcher (or instance queue) of a version; None when calls go straight through."""
+        key = (ready.version, id(ready.instance))
+        if key in self._executors:
+            return self._executors[key]
+        with self._lock:
+            if key not in self._executors:
+                self._executors[key] = self._new_executor(ready)
+        return self._executors[key]
+
+    def _new_executor(self, ready: ReadyVersion) -> DynamicBatcher | None:
+        runners: list[BatchFunction]
+        if self.config.batching is not None:
+            runners = [copy.predict_batch for copy in ready.copies]
+            policy = self.config.batching
+        elif self.config.instances is not None:
+            # Exclusive copies without batching: batches of one on one thread per copy.
+            runners = [_one_at_a_time(copy) for copy in ready.copies]
+            policy = BatchPolicy(max_batch_size=1)
+        else:
+            return None
+        return DynamicBatcher(
+            runners,
+            policy,
+            name=(self.name, ready.version),
+            listener=self._batch_listener,
+            clock=self._clock,
+        )
+
+    def release(self, version: str) -> list[DynamicBatcher]:
+        """Forget the executors of ``version``; returns them for the caller to close."""
+        with self._lock:
+            keys = [k for k in self._executors if k[0] == version]
+            executors = [self._executors.pop(k) for k in keys]
+        return [e for e in executors if e is not None]
+
+    def executors(self) -> list[DynamicBatcher]:
+        """Every executor started so far."""
+        with self._lock:
+            return [e for e in self._executors.values() if e is not None]
+
+
+def _one_at_a_time(model: Model) -> Callable[[list[Any]], list[Any]]:
+    def run(batch: list[Any]) -> list[Any]:
+        return [model.predict(payload) for payload in batch]
+
+    return run
+
+
+def to_key(value: Any) -> str:
+    """A stable string for a routing-key feature value."""
+    return value if isinstance(value, str) else repr(value)

@@ -1,0 +1,108 @@
+"""One serving worker, assembled from a config: the service, its metrics and how to close it.
+
+Both gunicorn worker classes (and tests) build their worker here, after fork, so every
+process loads its own models: ONNX Runtime and torch sessions are not fork-safe. The HTTP
+layer then gets only what it serves with (the service and the metrics), never the
+registry, the shadow router, the rollout watcher or the prediction log behind them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servinglib.config import ServiceConfig, load_config
+from servinglib.monitoring.drift import DriftMonitor
+from servinglib.monitoring.logs import configure_logging
+from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
+from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
+from servinglib.registry import ModelRegistry
+from servinglib.rollout import RolloutWatcher
+from servinglib.service import InferenceService
+from servinglib.shadow import ShadowRouter
+
+__all__ = ["Worker", "build_worker", "load_worker"]
+
+log = logging.getLogger("servinglib.worker")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What one worker process serves with.
+
+    ``close`` flushes background work in order (rollout watcher, queued requests, shadow
+    copies, prediction log); gunicorn's ``worker_exit`` hook calls it.
+    """
+
+    config: ServiceConfig
+    service: InferenceService
+    metrics: ServingMetrics
+    close: Callable[[], None]
+
+
+def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Worker:
+    """Load and self-test every model version of ``config`` and wire the observers.
+
+    Args:
+        config: the loaded servinglib.yaml.
+        rollout_dir: the admin API's desired-state directory; when given, the worker
+            converges to it before it serves and then keeps watching it.
+
+    Example::
+
+        worker = build_worker(load_config("servinglib.yaml"))
+        worker.service.registry.is_ready()
+        worker.close()
+    """
+    metrics = ServingMetrics(score_buckets=config.score_buckets)
+    metrics.declare_shadow_pairs(config)
+    registry = ModelRegistry(config, listener=metrics)
+    registry.load_all()
+    if not registry.is_ready():
+        log.warning(
+            "worker %d started NOT READY: a default version failed; see /models", os.getpid()
+        )
+    logger = None
+    if config.prediction_log is not None:
+        logger = PredictionLogger(
+            config.prediction_log,
+            open_sink(config.prediction_log.url),
+            on_dropped=metrics.prediction_log_dropped,
+            on_written=metrics.prediction_log_written,
+        )
+    shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
+    drift = DriftMonitor(registry, multiprocess_dir(), on_issue=metrics.data_quality_issue)
+    metrics.add_collector(drift)
+    service = InferenceService(
+        registry,
+        listener=metrics,
+        recorder=logger,
+        shadows=shadows,
+        batch_listener=metrics,
+        drift=drift,
+    )
+    watcher = None
+    if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
+        watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
+        watcher.sync()
+        watcher.start()
+
+    def close() -> None:
+        if watcher is not None:
+            watcher.stop()
+        service.close()  # queued requests first: their answers feed shadows and the log
+        shadows.close()
+        if logger is not None:
+            logger.close()
+
+    return Worker(config, service, metrics, close)
+
+
+def load_worker(path: str | os.PathLike[str], rollout_dir: Path | None = None) -> Worker:
+    """:func:`build_worker` for the config file at ``path``, with its log level applied."""
+    config = load_config(path)
+    configure_logging(config.server.log_level, config.server.log_format)
+    return build_worker(config, rollout_dir)

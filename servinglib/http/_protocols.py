@@ -173,7 +173,9 @@ class V2Protocol(JsonProtocol):
             decoded.inputs,
             version,
             tensors=True,
-            request_id=decoded.id or head.request_id,
+            # The prediction log keys on the x-request-id the response carries; the body's
+            # ``id`` is only echoed in the answer.
+            request_id=head.request_id,
             routing_key=head.routing_key(model),
             timeout_ms=head.timeout_ms,
             priority=request_priority(decoded.parameters.get("priority")),

@@ -9,6 +9,7 @@ BYTES elements are each a 4-byte little-endian length followed by the bytes.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,13 +19,14 @@ import numpy as np
 
 from servinglib import jsonbytes
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
-from servinglib.wire.datatypes import DATATYPES, datatype_of, numpy_dtype, wire_dtype
+from servinglib.wire.datatypes import datatype_of, numpy_dtype, wire_dtype
 from servinglib.wire.strict_json import parse_json
+from servinglib.wire.tensor_checks import MAX_ELEMENTS, check_datatype, check_finite, check_shape
 
-__all__ = ["InferRequest", "RequestedOutput", "decode_request", "encode_response"]
+__all__ = ["MAX_ID_LENGTH", "InferRequest", "RequestedOutput", "decode_request", "encode_response"]
 
-MAX_ELEMENTS = 16 * 1024 * 1024
-MAX_DIMENSIONS = 32
+MAX_ID_LENGTH = 256
+_ID_PATTERN = re.compile(rf"[\x20-\x7e]{{1,{MAX_ID_LENGTH}}}")
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,7 @@ def decode_request(
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise InvalidInputError("`inputs` must be a non-empty list of tensors")
-    request_id = header.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise InvalidInputError("`id` must be a string")
+    request_id = _request_id(header.get("id"))
     params = _parameters(header, "request")
     inputs: dict[str, np.ndarray] = {}
     offset = 0
@@ -116,6 +116,19 @@ def decode_request(
     return InferRequest(request_id, inputs, outputs, binary_default, params)
 
 
+def _request_id(raw: Any) -> str | None:
+    """The body's ``id``: echoed in the answer, so bounded and printable."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not _ID_PATTERN.fullmatch(raw):
+        shown = raw[:40] if isinstance(raw, str) else type(raw).__name__
+        raise InvalidInputError(
+            f"`id` {shown!r} must be a string of 1 to {MAX_ID_LENGTH} printable ASCII "
+            "characters (no control characters)"
+        )
+    return raw
+
+
 def _requested_outputs(raw_outputs: Any, binary_default: bool) -> tuple[RequestedOutput, ...]:
     if not isinstance(raw_outputs, list):
         raise InvalidInputError("`outputs` must be a list of {name, parameters}")
@@ -147,39 +160,9 @@ def _tensor_header(
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInputError(f"{where}.name must be a non-empty string")
-    shape = raw.get("shape")
-    if isinstance(shape, list) and len(shape) > MAX_DIMENSIONS:
-        raise InvalidInputError(
-            f"{where} ({name!r}) has {len(shape)} dimensions; at most {MAX_DIMENSIONS}"
-        )
-    if isinstance(shape, list):  # JSON does not tell 3 from 3.0
-        shape = [int(d) if isinstance(d, float) and d.is_integer() else d for d in shape]
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise InvalidInputError(f"{where} ({name!r}).shape must be a list of integers >= 0")
-    datatype = raw.get("datatype")
-    if datatype not in DATATYPES:
-        raise InvalidInputError(
-            f"{where} ({name!r}).datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
-        )
-    if _elements_exceed(shape, max_elements):
-        raise InvalidInputError(
-            f"{where} ({name!r}) has more than {max_elements} elements (server.max_tensor_elements)"
-        )
-    return name, tuple(shape), str(datatype)
-
-
-def _elements_exceed(shape: list[int], limit: int) -> bool:
-    """Whether the product of ``shape`` passes ``limit``, without computing huge products."""
-    count = 1
-    for dimension in shape:
-        if dimension == 0:
-            return False
-        count *= dimension
-        if count > limit:
-            return True
-    return False
+    where = f"{where} ({name!r})"
+    shape = check_shape(raw.get("shape"), where, max_elements)
+    return name, shape, check_datatype(raw.get("datatype"), where)
 
 
 def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
@@ -211,8 +194,11 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
         )
     array = np.frombuffer(data, dtype=dtype).reshape(shape)
     if datatype == "BF16":
-        return (array.astype(np.uint32) << 16).view(np.float32)
-    return array.astype(dtype.newbyteorder("="), copy=True)
+        array = (array.astype(np.uint32) << 16).view(np.float32)
+    else:
+        array = array.astype(dtype.newbyteorder("="), copy=True)
+    check_finite(array, where)  # the rule JSON bodies follow, for binary tensors too
+    return array
 
 
 def _flatten(data: Any) -> list[Any]:
@@ -247,7 +233,13 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         if not all(isinstance(v, str) for v in flat):
             raise InvalidInputError(f"{where}: BYTES data must be strings")
         array = np.empty(count, dtype=object)
-        array[:] = [v.encode("utf-8") for v in flat]
+        try:
+            array[:] = [v.encode("utf-8") for v in flat]
+        except UnicodeEncodeError as e:
+            raise InvalidInputError(
+                f"{where}: BYTES data holds a lone surrogate ({e.object[e.start : e.end]!r}); "
+                "send valid UTF-8 text, or binary data"
+            ) from None
         return array.reshape(shape)
     if datatype == "BOOL":
         if not all(isinstance(v, bool) for v in flat):
@@ -259,15 +251,16 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         bad = next(v for v in flat if type(v) not in allowed)
         kind = "integers" if integer else "numbers"
         raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
-    if datatype == "BF16":
-        return np.array(flat, dtype=np.float32).reshape(shape)
-    dtype = numpy_dtype(datatype)
+    dtype = np.dtype(np.float32) if datatype == "BF16" else numpy_dtype(datatype)
     if integer and flat:
         info = np.iinfo(dtype)
         low, high = min(flat), max(flat)
         if low < info.min or high > info.max:
             raise InvalidInputError(f"{where}: value out of range for {datatype}")
-    return np.array(flat, dtype=dtype).reshape(shape)
+    with np.errstate(over="ignore"):
+        array = np.array(flat, dtype=dtype).reshape(shape)
+    check_finite(array, where)  # e.g. 1e300 sent as FP32 overflows to Infinity
+    return array
 
 
 def _as_bytes(value: Any) -> bytes:

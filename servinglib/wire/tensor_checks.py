@@ -57,9 +57,9 @@ def check_shape(raw: Any, where: str, max_elements: int = MAX_ELEMENTS) -> tuple
     if len(raw) > MAX_DIMENSIONS:
         raise InvalidInputError(f"{where} has {len(raw)} dimensions; at most {MAX_DIMENSIONS}")
     shape = []
-    for dimension in raw:
-        if isinstance(dimension, float) and dimension.is_integer():  # JSON: 3 and 3.0 are one
-            dimension = int(dimension)
+    for value in raw:
+        # JSON does not tell 3 from 3.0
+        dimension = int(value) if isinstance(value, float) and value.is_integer() else value
         if not isinstance(dimension, int) or isinstance(dimension, bool) or dimension < 0:
             raise InvalidInputError(f"{where}.shape must be a list of integers >= 0")
         if dimension > max_elements:

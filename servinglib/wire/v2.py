@@ -251,7 +251,7 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         bad = next(v for v in flat if type(v) not in allowed)
         kind = "integers" if integer else "numbers"
         raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
-    dtype = np.dtype(np.float32) if datatype == "BF16" else numpy_dtype(datatype)
+    dtype = numpy_dtype(datatype)  # BF16 is served as FP32
     if integer and flat:
         info = np.iinfo(dtype)
         low, high = min(flat), max(flat)

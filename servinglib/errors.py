@@ -22,6 +22,7 @@ HTTP status codes live only in ``servinglib.http``; this module knows nothing ab
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 
@@ -38,6 +39,7 @@ __all__ = [
     "ServinglibError",
     "UnsupportedRequestError",
     "VersionNotFoundError",
+    "public_reason",
 ]
 
 
@@ -149,3 +151,25 @@ class PredictionError(ServinglibError):
             "model %r version %r %s (error id %s)", model, version, what, error_id, exc_info=cause
         )
         return cls(model, version, error_id)
+
+
+# An absolute file path of two or more segments (POSIX or Windows), e.g. in an OSError.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])(?:[A-Za-z]:)?(?:[/\\][^\s'\"/\\:,()\[\]]+){2,}")
+PUBLIC_REASON_LENGTH = 200
+
+
+def public_reason(reason: str) -> str:
+    """What of a failure reason may leave the server: absolute paths cut to ``.../`` and
+    their last part, the first line only, at most 200 characters. The log and the admin API keep the
+    full reason.
+
+    Example::
+
+        public_reason("load() raised FileNotFoundError: No such file: '/srv/m/1/w.npz'")
+        # "load() raised FileNotFoundError: No such file: '.../w.npz'"
+    """
+    first_line = reason.strip().split("\n", 1)[0]
+    short = _ABSOLUTE_PATH.sub(lambda m: ".../" + re.split(r"[/\\]", m.group(0))[-1], first_line)
+    if len(short) > PUBLIC_REASON_LENGTH:
+        short = short[: PUBLIC_REASON_LENGTH - 3] + "..."
+    return short

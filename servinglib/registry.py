@@ -28,6 +28,7 @@ from servinglib.errors import (
     ModelNotReadyError,
     ServinglibError,
     VersionNotFoundError,
+    public_reason,
 )
 from servinglib.model import Model, ModelSettings, SelfTestCase
 from servinglib.selftest import SelfTestReport, compare_outputs, load_test_data, run_selftests
@@ -242,7 +243,9 @@ class ModelRegistry:
         record = self.record(model, version)
         ready = record.ready
         if record.state is not VersionState.READY or ready is None:
-            raise ModelNotReadyError(model, record.version, record.state.value, record.reason)
+            raise ModelNotReadyError(
+                model, record.version, record.state.value, public_reason(record.reason)
+            )
         return ready
 
     def is_ready(self) -> bool:

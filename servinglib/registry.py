@@ -343,7 +343,8 @@ class ModelRegistry:
             names = ", ".join(str(p.relative_to(record.path)) for p in pickles)
             raise _LoadFailedError(
                 f"{names} is pickle data, which runs code when loaded; convert it to a safe "
-                "format (ONNX, safetensors, .npz, JSON) or set allow_pickle: true for this model"
+                "format (ONNX, safetensors, .npz of numeric arrays, JSON) or set "
+                "allow_pickle: true for this model"
             )
         if pickles:
             log.warning(

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from servinglib import jsonbytes
 from servinglib.config import ServerConfig
-from servinglib.errors import InvalidInputError, PredictionError
+from servinglib.errors import InvalidInputError, NonFiniteOutputError, PredictionError
 from servinglib.http._payload import request_priority
 from servinglib.http.errors import HttpError
 from servinglib.service import InferenceRequest, Prediction
@@ -226,6 +226,5 @@ def _header_length(raw: str | None) -> int | None:
 
 
 def _unencodable(prediction: Prediction, what: str, error: Exception) -> PredictionError:
-    return PredictionError.logged(
-        prediction.model, prediction.version, f"returned an output {what}", error
-    )
+    kind = NonFiniteOutputError if isinstance(error, jsonbytes.NonFiniteError) else PredictionError
+    return kind.logged(prediction.model, prediction.version, f"returned an output {what}", error)

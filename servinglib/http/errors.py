@@ -21,6 +21,7 @@ from servinglib.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    NonFiniteOutputError,
     OverloadedError,
     PredictionError,
     ServinglibError,
@@ -116,6 +117,8 @@ def describe(error: BaseException) -> Described:
             headers = (("Retry-After", "5"),)
         elif isinstance(error, OverloadedError):
             headers, outcome = (("Retry-After", "1"),), "shed"
+        elif isinstance(error, NonFiniteOutputError):
+            outcome = "nonfinite_output"  # the operator's signal: a model answering NaN
         return Described(status, error_body(str(error)), outcome, headers, version)
     if isinstance(error, HttpError):
         outcome = OUTCOMES.get(error.status, "server_error")

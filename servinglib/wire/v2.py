@@ -281,6 +281,7 @@ def encode_response(
     Raises:
         InvalidInputError: a requested output does not exist.
         TypeError: the model returned something that is not tensor-like.
+        jsonbytes.NonFiniteError: a JSON output holds NaN or Infinity.
     """
     if requested is None:
         chosen = [(name, binary_default) for name in outputs]
@@ -313,7 +314,9 @@ def encode_response(
     try:
         header = jsonbytes.dumps(body)
     except jsonbytes.NonFiniteError as e:
-        raise ValueError(f"model {model!r} returned NaN or Infinity; JSON cannot carry them") from e
+        raise jsonbytes.NonFiniteError(
+            f"model {model!r} returned NaN or Infinity; JSON cannot carry them"
+        ) from e
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)

@@ -123,3 +123,39 @@ def test_the_v2_id_is_echoed_and_the_x_request_id_is_what_the_log_keys_on(
     response = client.post("/v2/models/echo/infer", json=body)
     assert response.status_code == 400
     assert "`id`" in response.get_json()["error"]
+
+
+def nan_service(tmp_path: Path) -> Path:
+    (tmp_path / "repo" / "1").mkdir(parents=True)
+    (tmp_path / "model.py").write_text(
+        "import math\nimport servinglib\n\n"
+        "class Nan(servinglib.Model):\n"
+        "    def load(self, path):\n"
+        "        pass\n\n"
+        "    def predict(self, features):\n"
+        "        return {'y': [math.nan, 1.0]}\n"
+    )
+    config = tmp_path / "servinglib.yaml"
+    config.write_text(
+        "service: nan\nmodels:\n  - {name: nan, class: model.py:Nan, repository: repo, "
+        "default_version: '1', require_self_tests: false}\n"
+    )
+    return config
+
+
+def test_a_non_finite_output_is_a_500_naming_the_model_and_counted(tmp_path: Path) -> None:
+    client = create_app_from_config(nan_service(tmp_path)).test_client()
+    answers = [
+        client.post("/infer", json={"model_id": "nan", "features": {}}),
+        client.post("/v2/models/nan/infer", data=V2_BODY, content_type="application/json"),
+    ]
+    for response in answers:
+        assert response.status_code == 500
+        message = response.get_json()["error"]
+        assert "model 'nan' version '1' answered NaN or Infinity" in message
+        assert "not of the request" in message
+    binary = json.loads(V2_BODY) | {"parameters": {"binary_data_output": True}}
+    response = client.post("/v2/models/nan/infer", json=binary)
+    assert response.status_code == 200  # binary outputs carry NaN as it is
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'outcome="nonfinite_output"' in metrics

@@ -89,6 +89,12 @@ def decode_request(
             raise InvalidInputError(f"{where}: input {name!r} appears twice")
         size = _parameters(raw, where).get("binary_data_size")
         if size is not None:
+            if header_length is None:
+                raise InvalidInputError(
+                    f"{where} ({name!r}) sets binary_data_size, which needs the binary tensor "
+                    "extension: send the Inference-Header-Content-Length header; in a JSON "
+                    "body give `data` instead"
+                )
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise InvalidInputError(
                     f"{where}.parameters.binary_data_size must be an integer >= 0"

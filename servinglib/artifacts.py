@@ -121,28 +121,42 @@ def _decompress(head: bytes) -> bytes | None:
 
 
 def _is_pickle_stream(head: bytes) -> bool:
-    """Parse opcodes (never run them): a pickle program reaches STOP.
+    """Parse opcodes (never run them): a pickle program reaches STOP with one value built.
 
-    Only a whole program counts (text such as "hello" parses as a few protocol 0 opcodes
-    before failing); a stream cut at :data:`SCAN_BYTES` counts when it parses to the cut
-    and has imported or called something on the way.
+    Only a whole, consistent program counts (text such as "0.5" parses as POP, STOP but
+    pops an empty stack); a stream cut at :data:`SCAN_BYTES` counts when its opcodes parse
+    to the cut and it has imported or called something on the way.
     """
     if head.startswith(_PICKLE_MAGIC):
         return True
     if not head:
         return False
-    ops, calls, reached = 0, False, 0
+    try:
+        pickletools.dis(head, out=_DISCARD)  # checks the stack effect of every opcode
+    except Exception:  # dis raises several types on bytes that are not pickle
+        return len(head) >= SCAN_BYTES and _parses_to_the_cut(head)
+    return True
+
+
+def _parses_to_the_cut(head: bytes) -> bool:
+    calls, reached = False, 0
     try:
         for opcode, _, position in pickletools.genops(io.BytesIO(head)):
-            ops += 1
             reached = position or 0
             calls = calls or opcode.name in _CODE_OPCODES
-            if opcode.name == "STOP":
-                return ops > 1
-    except Exception:
-        cut = len(head) >= SCAN_BYTES and reached >= len(head) - 1024
-        return cut and calls
-    return False
+    except Exception:  # as above
+        return calls and reached >= len(head) - 1024
+    return calls
+
+
+class _Discard(io.StringIO):
+    """A text stream that keeps nothing (pickletools.dis writes its listing to one)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_DISCARD = _Discard()
 
 
 def _npy_holds_objects(head: bytes) -> bool:

@@ -209,6 +209,7 @@ def test_safe_files_are_not_taken_for_pickles(tmp_path: Path) -> None:
     (tmp_path / "weights.npy").write_bytes(_npy(np.ones((3, 3), dtype=np.float32)))
     (tmp_path / "config.json").write_text('{"a": [1, 2]}')
     (tmp_path / "notes.txt").write_text("hello (lots of text) looks like opcodes.\n")
+    (tmp_path / "offset.txt").write_text("0.5")  # POP, STOP: parses, but pops nothing
     (tmp_path / "data.gz").write_bytes(gzip.compress(b"plain text, not a pickle"))
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a zip")
     assert find_pickles(tmp_path) == []

@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 
 from servinglib.wire.datatypes import DATATYPES
 
-__all__ = ["Hostile", "binary_requests", "infer_requests", "v2_requests"]
+__all__ = ["Hostile", "binary_requests", "index_requests", "infer_requests", "v2_requests"]
+
+# The fixture service's models (tests/fixtures/service) and names that are not served.
+FIXTURE_MODELS = ("echo", "scorer", "ghost", "scorer/versions/1", "scorer/versions/3")
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,6 @@ v2_documents = st.fixed_dictionaries(
     },
 )
 
-v2_models = st.sampled_from(["echo", "scorer", "ghost", "scorer/versions/1", "scorer/versions/3"])
 content_types = st.sampled_from(
     [
         "application/json",
@@ -189,16 +191,16 @@ content_types = st.sampled_from(
 
 
 @st.composite
-def v2_requests(draw: st.DrawFn) -> Hostile:
+def v2_requests(draw: st.DrawFn, models: tuple[str, ...] = FIXTURE_MODELS) -> Hostile:
     """A hostile Open Inference JSON request: structure, shapes, datatypes, data, ids."""
     body = dumps(draw(v2_documents)) if draw(st.integers(0, 9)) else draw(st.binary(max_size=64))
     content_type = draw(content_types)
     headers = {"Content-Type": content_type} if content_type else {}
-    return Hostile(f"/v2/models/{draw(v2_models)}/infer", body, headers)
+    return Hostile(f"/v2/models/{draw(st.sampled_from(models))}/infer", body, headers)
 
 
 @st.composite
-def binary_requests(draw: st.DrawFn) -> Hostile:
+def binary_requests(draw: st.DrawFn, models: tuple[str, ...] = FIXTURE_MODELS) -> Hostile:
     """A hostile binary-extension request: a JSON header, raw tensor bytes, and an
     Inference-Header-Content-Length that may lie."""
     inputs = []
@@ -245,13 +247,13 @@ def binary_requests(draw: st.DrawFn) -> Hostile:
     content_type = draw(st.sampled_from(["application/octet-stream", "application/json", ""]))
     if content_type:
         headers["Content-Type"] = content_type
-    return Hostile(f"/v2/models/{draw(v2_models)}/infer", body, headers)
+    return Hostile(f"/v2/models/{draw(st.sampled_from(models))}/infer", body, headers)
 
 
 infer_documents = st.fixed_dictionaries(
     {},
     optional={
-        "model_id": st.one_of(st.sampled_from(["scorer", "echo", "whoami", "ghost"]), json_values),
+        "model_id": json_values,
         "version": st.one_of(st.sampled_from(["1", "2", "3", "4", "../1", "9" * 300]), json_values),
         "features": st.one_of(
             st.fixed_dictionaries({"x": element_values}),
@@ -265,9 +267,24 @@ infer_documents = st.fixed_dictionaries(
 
 
 @st.composite
-def infer_requests(draw: st.DrawFn) -> Hostile:
+def infer_requests(draw: st.DrawFn, models: tuple[str, ...] = FIXTURE_MODELS) -> Hostile:
     """A hostile /infer request: envelopes, features of every JSON shape, broken JSON."""
-    body = dumps(draw(infer_documents)) if draw(st.integers(0, 9)) else draw(st.binary(max_size=64))
+    if draw(st.integers(0, 9)):
+        document = draw(infer_documents)
+        if draw(st.integers(0, 3)):  # mostly a served model, so the features reach it
+            document["model_id"] = draw(st.sampled_from(models)).split("/")[0]
+        body = dumps(document)
+    else:
+        body = draw(st.binary(max_size=64))
     content_type = draw(content_types)
     headers = {"Content-Type": content_type} if content_type else {}
     return Hostile("/infer", body, headers)
+
+
+@st.composite
+def index_requests(draw: st.DrawFn) -> Hostile:
+    """A hostile repository index request (its body is optional JSON)."""
+    body = dumps(draw(json_values)) if draw(st.integers(0, 4)) else draw(st.binary(max_size=32))
+    content_type = draw(content_types)
+    headers = {"Content-Type": content_type} if content_type else {}
+    return Hostile("/v2/repository/index", body, headers)

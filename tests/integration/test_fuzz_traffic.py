@@ -16,14 +16,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import LiveServer, launch, stop
-from tests.hostile_bodies import Hostile, binary_requests, infer_requests, v2_requests
+from tests.hostile_bodies import (
+    Hostile,
+    binary_requests,
+    index_requests,
+    infer_requests,
+    v2_requests,
+)
 from tests.integration.test_hostile_traffic import all_workers, worker_pids
 from tests.integration.test_openapi_fuzzing import fuzz_service
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 1000
-PROTOCOLS = {"infer": infer_requests(), "v2": v2_requests(), "binary": binary_requests()}
+PROTOCOLS = {
+    "infer": infer_requests(),
+    "v2": v2_requests(),
+    "binary": binary_requests(),
+    "index": index_requests(),
+}
 
 
 @pytest.fixture(scope="module", params=["gthread", "asyncio"])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from servinglib.errors import InvalidInputError
+from servinglib.runtimes._tensors import to_arrays
 from servinglib.wire.strict_json import parse_json
 from servinglib.wire.tensor_checks import (
     check_datatype,
@@ -134,3 +135,11 @@ def test_strict_json_refuses_what_only_the_standard_library_accepts() -> None:
         with pytest.raises(InvalidInputError):
             parse_json(raw, 10)
     assert parse_json(b'{"a": [1, 2.5, "\\u00e9"]}', 10) == {"a": [1, 2.5, "\u00e9"]}
+
+
+def test_runtime_models_refuse_features_that_overflow_their_dtype() -> None:
+    dtypes = {"x": np.dtype(np.float32)}
+    with pytest.raises(InvalidInputError, match="NaN or Infinity") as caught:
+        to_arrays("digits", {"x": [1.0, 1e300]}, dtypes)
+    assert caught.value.field == "x"
+    assert to_arrays("digits", {"x": [1e30]}, dtypes)["x"].tolist() == [pytest.approx(1e30)]

@@ -240,7 +240,7 @@ def binary_requests(draw: st.DrawFn, models: tuple[str, ...] = FIXTURE_MODELS) -
         st.one_of(
             st.just(str(len(header))),
             st.integers(-10, len(body) + 10).map(str),
-            st.sampled_from(["", "abc", "1e3", str(2**64), " 12"]),
+            st.sampled_from(["", "abc", "1e3", str(2**64), "+12", "0x10"]),
         )
     )
     headers = {"Inference-Header-Content-Length": length}

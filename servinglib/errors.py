@@ -15,6 +15,7 @@ Every error servinglib raises on purpose derives from :class:`ServinglibError`, 
     ├── OverloadedError           a bounded queue is full: shed, retry later
     ├── DeadlineExceededError     the request's deadline passed before it could be answered
     └── PredictionError           the model raised while answering a request
+        └── NonFiniteOutputError  its answer holds NaN or Infinity, which JSON cannot carry
 
 HTTP status codes live only in ``servinglib.http``; this module knows nothing about HTTP.
 """
@@ -22,6 +23,7 @@ HTTP status codes live only in ``servinglib.http``; this module knows nothing ab
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 
@@ -32,12 +34,14 @@ __all__ = [
     "ModelLoadError",
     "ModelNotFoundError",
     "ModelNotReadyError",
+    "NonFiniteOutputError",
     "OverloadedError",
     "PredictionError",
     "SelfTestDataError",
     "ServinglibError",
     "UnsupportedRequestError",
     "VersionNotFoundError",
+    "public_reason",
 ]
 
 
@@ -149,3 +153,41 @@ class PredictionError(ServinglibError):
             "model %r version %r %s (error id %s)", model, version, what, error_id, exc_info=cause
         )
         return cls(model, version, error_id)
+
+
+class NonFiniteOutputError(PredictionError):
+    """The model answered with NaN or Infinity, which a JSON answer cannot carry.
+
+    The model's fault, not the client's: a 500 that says so (the metric outcome is
+    ``nonfinite_output``). Binary Open Inference outputs carry such values as they are.
+    """
+
+    def __init__(self, model: str, version: str, error_id: str) -> None:
+        super().__init__(model, version, error_id)
+        self.args = (
+            f"model {model!r} version {version!r} answered NaN or Infinity, which JSON cannot "
+            "carry (a fault of the model, not of the request; error id "
+            f"{error_id}); Open Inference clients can ask for binary outputs to receive them",
+        )
+
+
+# An absolute file path of two or more segments (POSIX or Windows), e.g. in an OSError.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])(?:[A-Za-z]:)?(?:[/\\][^\s'\"/\\:,()\[\]]+){2,}")
+PUBLIC_REASON_LENGTH = 200
+
+
+def public_reason(reason: str) -> str:
+    """What of a failure reason may leave the server: absolute paths cut to ``.../`` and
+    their last part, the first line only, at most 200 characters. The log and the admin
+    API keep the full reason.
+
+    Example::
+
+        public_reason("load() raised FileNotFoundError: No such file: '/srv/m/1/w.npz'")
+        # "load() raised FileNotFoundError: No such file: '.../w.npz'"
+    """
+    first_line = reason.strip().split("\n", 1)[0]
+    short = _ABSOLUTE_PATH.sub(lambda m: ".../" + re.split(r"[/\\]", m.group(0))[-1], first_line)
+    if len(short) > PUBLIC_REASON_LENGTH:
+        short = short[: PUBLIC_REASON_LENGTH - 3] + "..."
+    return short

@@ -21,6 +21,7 @@ from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotF
 from servinglib.model import Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 from servinglib.routing import TrafficSplit
+from servinglib.wire.tensor_checks import check_declared_datatype
 
 __all__ = ["QUICK_S", "Lane", "RejectionListener", "to_key"]
 
@@ -156,7 +157,8 @@ class Lane:
         """Check Open Inference tensors against the inputs the version declares.
 
         Raises:
-            InvalidInputError: an unknown or missing input, or a shape that does not fit.
+            InvalidInputError: an unknown or missing input, a datatype other than the
+                declared one (no silent cast), or a shape that does not fit.
         """
         specs = ready.instance.inputs
         if not specs:
@@ -180,6 +182,7 @@ class Lane:
                     f"model {self.name!r} needs input(s) {missing}", field=missing[0]
                 )
             for name, spec in declared.items():
+                check_declared_datatype(self.name, name, spec.datatype, tensors[name])
                 spec.check(self.name, tensors[name].shape)
         except InvalidInputError as e:
             self.rejected(e.field or "inputs", ready)

@@ -29,6 +29,7 @@ from servinglib.errors import (
     ModelNotReadyError,
     ServinglibError,
     VersionNotFoundError,
+    public_reason,
 )
 from servinglib.model import Model, ModelSettings, SelfTestCase
 from servinglib.selftest import SelfTestReport, compare_outputs, load_test_data, run_selftests
@@ -243,7 +244,9 @@ class ModelRegistry:
         record = self.record(model, version)
         ready = record.ready
         if record.state is not VersionState.READY or ready is None:
-            raise ModelNotReadyError(model, record.version, record.state.value, record.reason)
+            raise ModelNotReadyError(
+                model, record.version, record.state.value, public_reason(record.reason)
+            )
         return ready
 
     def is_ready(self) -> bool:
@@ -344,7 +347,8 @@ class ModelRegistry:
             names = ", ".join(str(p.relative_to(record.path)) for p in pickles)
             raise _LoadFailedError(
                 f"{names} is pickle data, which runs code when loaded; convert it to a safe "
-                "format (ONNX, safetensors, .npz, JSON) or set allow_pickle: true for this model"
+                "format (ONNX, safetensors, .npz of numeric arrays, JSON) or set "
+                "allow_pickle: true for this model"
             )
         if pickles:
             log.warning(

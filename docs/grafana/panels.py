@@ -32,7 +32,7 @@ _RATE = "[$__rate_interval]"
 MODEL_SELECTOR = 'model=~"$model"'
 _SPECS: dict[str, MetricSpec] = {spec.attr: spec for spec in METRIC_SPECS}
 
-_SERVER_ERRORS = "model_error|server_error|not_ready|shed|deadline_exceeded"
+_SERVER_ERRORS = "model_error|nonfinite_output|server_error|not_ready|shed|deadline_exceeded"
 _REJECTED = "invalid_input|not_found|too_large"
 _SHADOW_BY = "model, primary_version, shadow_version"
 _PSI = DRIFT_GAUGES[0][0]

@@ -27,7 +27,11 @@ from servinglib.http._content_coding import (
     response_coding,
 )
 from servinglib.http._context import REQUEST_ID_HEADER, VERSION_HEADER, log_request, request_id_from
-from servinglib.http._payload import ENVOY_TIMEOUT_HEADER, envoy_timeout_ms
+from servinglib.http._payload import (
+    ENVOY_TIMEOUT_HEADER,
+    check_transfer_coding,
+    envoy_timeout_ms,
+)
 from servinglib.http._protocols import Encoded, InferProtocol, JsonProtocol, V2Protocol
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.monitoring.metrics import ServingMetrics
@@ -160,7 +164,7 @@ class Exchange:
         """Refuse a request by its method, path, content type or declared length.
 
         Raises:
-            HttpError: 405, 415, 400 or 413.
+            HttpError: 405, 501 (a transfer coding other than chunked), 415, 400 or 413.
             ModelNotFoundError, VersionNotFoundError: the path names neither.
         """
         if self.method != "POST":
@@ -170,6 +174,7 @@ class Exchange:
         if self._path_model is not None:  # Open Inference: the path names the model
             self._endpoints.service.lane(self._path_model).require_version(self._path_version)
             self._label = self._path_model
+        check_transfer_coding(self.header("transfer-encoding"))
         content_type = self.header("content-type") or ""
         mimetype = content_type.split(";", 1)[0].strip().lower()
         self.protocol.check_content_type(mimetype, self.header)

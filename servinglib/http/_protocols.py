@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from servinglib import jsonbytes
 from servinglib.config import ServerConfig
-from servinglib.errors import InvalidInputError, PredictionError
+from servinglib.errors import InvalidInputError, NonFiniteOutputError, PredictionError
 from servinglib.http._payload import request_priority
 from servinglib.http._v2_framing import json_header_length
 from servinglib.http.errors import HttpError
@@ -174,7 +174,9 @@ class V2Protocol(JsonProtocol):
             decoded.inputs,
             version,
             tensors=True,
-            request_id=decoded.id or head.request_id,
+            # The prediction log keys on the x-request-id the response carries; the body's
+            # ``id`` is only echoed in the answer.
+            request_id=head.request_id,
             routing_key=head.routing_key(model),
             timeout_ms=head.timeout_ms,
             priority=request_priority(decoded.parameters.get("priority")),
@@ -214,6 +216,5 @@ class V2Protocol(JsonProtocol):
 
 
 def _unencodable(prediction: Prediction, what: str, error: Exception) -> PredictionError:
-    return PredictionError.logged(
-        prediction.model, prediction.version, f"returned an output {what}", error
-    )
+    kind = NonFiniteOutputError if isinstance(error, jsonbytes.NonFiniteError) else PredictionError
+    return kind.logged(prediction.model, prediction.version, f"returned an output {what}", error)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, jsonify
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from servinglib.config import ServerConfig
+from servinglib.errors import public_reason
 from servinglib.http._context import install_request_context
 from servinglib.http._exchange import Endpoints
+from servinglib.http._payload import check_transfer_coding
 from servinglib.http.asgi import AsgiFrontEnd
 from servinglib.http.drift import drift_blueprint
 from servinglib.http.errors import register_error_handlers
@@ -61,6 +63,10 @@ def openapi() -> Response:
     return jsonify(openapi_document(service.registry.config))
 
 
+def _refuse_transfer_codings() -> None:
+    check_transfer_coding(request.headers.get("Transfer-Encoding"))
+
+
 def _model_states() -> list[dict[str, Any]]:
     registry = current_app.extensions["servinglib.service"].registry
     out = []
@@ -69,7 +75,7 @@ def _model_states() -> list[dict[str, Any]]:
         for record in registry.records(name):
             entry: dict[str, Any] = {"version": record.version, "state": record.state.value}
             if record.reason:
-                entry["reason"] = record.reason
+                entry["reason"] = public_reason(record.reason)
             versions.append(entry)
         out.append(
             {"name": name, "default_version": registry.default_version(name), "versions": versions}
@@ -131,6 +137,9 @@ def _flask_app(
     shutdown: Callable[[], None] | None,
 ) -> Flask:
     app = Flask("servinglib")
+    # No redirects: Werkzeug would answer "//readyz" or "/models/" with a 308 whose Location
+    # comes from the client's Host header. Those paths are 404s (JSON) instead.
+    app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
     app.config["SERVINGLIB_MAX_JSON_DEPTH"] = server.max_json_depth
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -139,6 +148,7 @@ def _flask_app(
     app.extensions["servinglib.readiness"] = readiness or service.registry.is_ready
     app.extensions["servinglib.shutdown"] = shutdown or (lambda: None)
     install_request_context(app)
+    app.before_request(_refuse_transfer_codings)
     register_error_handlers(app)
     app.register_blueprint(v2_blueprint)
     app.register_blueprint(ops_blueprint)

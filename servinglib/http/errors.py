@@ -21,6 +21,7 @@ from servinglib.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    NonFiniteOutputError,
     OverloadedError,
     PredictionError,
     ServinglibError,
@@ -60,6 +61,7 @@ OUTCOMES = {
     415: "invalid_input",
     431: "invalid_input",
     500: "model_error",
+    501: "invalid_input",
     503: "not_ready",
     504: "deadline_exceeded",
 }
@@ -115,10 +117,16 @@ def describe(error: BaseException) -> Described:
             headers = (("Retry-After", "5"),)
         elif isinstance(error, OverloadedError):
             headers, outcome = (("Retry-After", "1"),), "shed"
+        elif isinstance(error, NonFiniteOutputError):
+            outcome = "nonfinite_output"  # the operator's signal: a model answering NaN
         return Described(status, error_body(str(error)), outcome, headers, version)
     if isinstance(error, HttpError):
         outcome = OUTCOMES.get(error.status, "server_error")
         return Described(error.status, error_body(str(error)), outcome, error.headers)
+    if isinstance(error, HTTPException) and error.code is not None and error.code < 400:
+        # Werkzeug redirects (merged slashes, a missing trailing slash) would build a
+        # Location from the client's Host header: every path is either served or a 404.
+        return Described(404, error_body(_NOT_FOUND), "not_found")
     if isinstance(error, HTTPException) and error.code is not None and error.code < 500:
         kept = tuple(  # e.g. Allow on 405, kept per RFC 9110
             (k, v) for k, v in error.get_headers() if k.lower() != "content-type"
@@ -131,6 +139,9 @@ def describe(error: BaseException) -> Described:
     log.error("unhandled error (error id %s)", error_id, exc_info=error)
     message = f"internal server error; see the server log for error id {error_id}"
     return Described(500, error_body(message), "server_error")
+
+
+_NOT_FOUND = "no such path; see /openapi.json for the paths this server answers"
 
 
 def _status_for(error: ServinglibError) -> int:

@@ -7,6 +7,8 @@ from typing import Any
 
 from servinglib.config import ServiceConfig
 from servinglib.wire.datatypes import DATATYPES
+from servinglib.wire.tensor_checks import MAX_DIMENSIONS
+from servinglib.wire.v2 import MAX_ID_LENGTH
 
 __all__ = ["openapi_document"]
 
@@ -38,22 +40,41 @@ _PARAMETERS = {
 }
 
 
-def _tensor_schema(with_data: bool) -> dict[str, Any]:
+_HEADER_LENGTH_PARAM = {
+    "name": "Inference-Header-Content-Length",
+    "in": "header",
+    "required": False,
+    "description": "Binary tensor extension: the length of the JSON header at the start of "
+    "the body; the raw tensor bytes follow it, in the order of the inputs whose "
+    "parameters.binary_data_size is set. Required with any body that is not "
+    "application/json (otherwise 415); a JSON answer carries it when an output is binary.",
+    "schema": {"type": "integer", "minimum": 0},
+}
+
+
+def _tensor_schema(max_elements: int, request: bool) -> dict[str, Any]:
+    """A tensor; in a JSON request body its ``data`` is required (binary data needs the
+    binary extension's header and body)."""
     properties: dict[str, Any] = {
         "name": {"type": "string", "minLength": 1},
-        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "shape": {
+            "type": "array",
+            "maxItems": MAX_DIMENSIONS,
+            "items": {"type": "integer", "minimum": 0, "maximum": max_elements},
+        },
         "datatype": {"type": "string", "enum": list(DATATYPES)},
         "parameters": _PARAMETERS,
-    }
-    if with_data:
         # Row-major, flat (nested lists are accepted too); BYTES elements are strings.
-        properties["data"] = {"type": "array", "items": {"type": ["number", "string", "boolean"]}}
-    return {"type": "object", "required": ["name", "shape", "datatype"], "properties": properties}
+        "data": {"type": "array", "items": {"type": ["number", "string", "boolean"]}},
+    }
+    required = ["name", "shape", "datatype", "data"] if request else ["name", "shape", "datatype"]
+    return {"type": "object", "required": required, "properties": properties}
 
 
 def openapi_document(config: ServiceConfig) -> dict[str, Any]:
     """OpenAPI description of every public endpoint, with each model's input schema."""
     names = [m.name for m in config.models]
+    max_elements = config.server.max_tensor_elements
     per_model = [
         {
             "type": "object",
@@ -84,6 +105,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
     v2_infer = {
         "post": {
             "summary": "Open Inference v2 inference (JSON tensors or binary tensor extension)",
+            "parameters": [_HEADER_LENGTH_PARAM],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -108,7 +130,9 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                 "413": _ERROR,
                 "415": _ERROR,
                 "500": _ERROR,
+                "501": _ERROR,
                 "503": _ERROR,
+                "504": _ERROR,
             },
         }
     }
@@ -144,7 +168,9 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                     "413": _ERROR,
                     "415": _ERROR,
                     "500": _ERROR,
+                    "501": _ERROR,
                     "503": _ERROR,
+                    "504": _ERROR,
                 },
             }
         },
@@ -257,9 +283,18 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                     "type": "object",
                     "required": ["inputs"],
                     "properties": {
-                        "id": {"type": "string"},
+                        "id": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": MAX_ID_LENGTH,
+                            "pattern": "^[ -~]+$",
+                        },
                         "parameters": _PARAMETERS,
-                        "inputs": {"type": "array", "minItems": 1, "items": _tensor_schema(True)},
+                        "inputs": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": _tensor_schema(max_elements, request=True),
+                        },
                         "outputs": {
                             "type": "array",
                             "items": {
@@ -280,7 +315,10 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                         "model_name": {"type": "string"},
                         "model_version": {"type": "string"},
                         "id": {"type": "string"},
-                        "outputs": {"type": "array", "items": _tensor_schema(True)},
+                        "outputs": {
+                            "type": "array",
+                            "items": _tensor_schema(max_elements, request=False),
+                        },
                     },
                 },
             }

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from importlib.metadata import version as package_version
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify
 
 from servinglib.batch_rows import splits_rows
-from servinglib.errors import InvalidInputError
-from servinglib.http._payload import json_body
+from servinglib.errors import InvalidInputError, public_reason
+from servinglib.http._payload import json_body, request_bytes
 from servinglib.http._triton_config import tensor_metadata, triton_model_config
 from servinglib.service import InferenceService
 
@@ -104,7 +104,7 @@ def model_config(model: str, version: str | None = None) -> Response:
 @v2_blueprint.post("/repository/index")
 def repository_index() -> Response:
     """Every model version with its state and, when not READY, the reason (Triton shape)."""
-    options = json_body() if request.get_data(cache=True).strip() else {}
+    options = json_body() if request_bytes().strip() else {}
     if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
         raise InvalidInputError('the body must be an object like {"ready": true}')
     ready_only = options.get("ready") is True
@@ -116,7 +116,7 @@ def repository_index() -> Response:
                 continue
             entry = {"name": name, "version": record.version, "state": record.state.value}
             if record.reason:
-                entry["reason"] = record.reason
+                entry["reason"] = public_reason(record.reason)
             entries.append(entry)
     return jsonify(entries)
 

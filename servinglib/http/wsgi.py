@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from servinglib.http._exchange import Endpoints
-from servinglib.http.errors import too_large
+from servinglib.http.errors import HttpError, too_large
 from servinglib.service import run_followups
 
 __all__ = ["WsgiFrontEnd"]
@@ -27,6 +27,7 @@ REASONS = {
     413: "REQUEST ENTITY TOO LARGE",
     415: "UNSUPPORTED MEDIA TYPE",
     500: "INTERNAL SERVER ERROR",
+    501: "NOT IMPLEMENTED",
     503: "SERVICE UNAVAILABLE",
     504: "GATEWAY TIMEOUT",
 }
@@ -81,7 +82,12 @@ def _read_body(environ: dict[str, Any], limit: int) -> bytes:
     stream = environ["wsgi.input"]
     if length:
         return bytes(stream.read(length))
-    data = bytes(stream.read(limit + 1))  # chunked: read up to the limit
+    try:
+        data = bytes(stream.read(limit + 1))  # chunked: read up to the limit
+    # The server's reader raises its own errors (gunicorn's are not OSError) for a bad
+    # chunk size, a missing terminator or a lost client: all the client's doing.
+    except Exception as e:
+        raise HttpError(400, f"the chunked request body could not be read: {e}") from None
     if len(data) > limit:
         raise too_large(limit)
     return data

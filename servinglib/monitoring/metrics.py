@@ -84,7 +84,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "servinglib_requests_total",
         "Inference requests answered, by model, version, protocol and outcome "
         "(success, invalid_input, not_found, not_ready, shed, deadline_exceeded, too_large, "
-        "model_error, server_error).",
+        "model_error, nonfinite_output (the model answered NaN or Infinity in JSON), "
+        "server_error).",
         ("model", "version", "protocol", "outcome"),
     ),
     MetricSpec(

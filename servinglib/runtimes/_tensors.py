@@ -10,6 +10,7 @@ import numpy as np
 
 from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
+from servinglib.wire.tensor_checks import check_finite
 
 __all__ = [
     "concat_batch",
@@ -38,7 +39,8 @@ def to_arrays(
     """Convert ``{input name: nested list or array}`` to arrays of the graph's dtypes.
 
     Raises:
-        InvalidInputError: names, values or shapes (checked against ``specs``) do not fit.
+        InvalidInputError: names, values or shapes (checked against ``specs``) do not fit,
+            or a number is not finite in the input's dtype (1e300 as float32).
     """
     if not isinstance(features, Mapping):
         raise InvalidInputError(
@@ -55,11 +57,16 @@ def to_arrays(
     arrays = {}
     for name, dtype in dtypes.items():
         try:
-            arrays[name] = np.asarray(features[name], dtype=dtype)
-        except (TypeError, ValueError) as e:
+            with np.errstate(over="ignore"):  # overflow becomes infinity, refused below
+                arrays[name] = np.asarray(features[name], dtype=dtype)
+        except (TypeError, ValueError, OverflowError) as e:
             raise InvalidInputError(
                 f"input {name!r}: cannot convert to {dtype}: {e}", field=name
             ) from e
+        try:
+            check_finite(arrays[name], f"input {name!r} of model {model!r} (as {dtype})")
+        except InvalidInputError as e:
+            raise InvalidInputError(str(e), field=name) from None
     for spec in specs:
         if spec.name in arrays:
             spec.check(model, arrays[spec.name].shape)

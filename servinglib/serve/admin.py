@@ -3,7 +3,13 @@
 Off by default. When ``admin.enabled`` is true it runs inside the gunicorn master on a
 separate listener bound to 127.0.0.1 only, and every call needs
 ``Authorization: Bearer <token>`` (compared in constant time); the token comes from the
-environment variable named by ``admin.token_env``. The public port has no admin routes.
+environment variable named by ``admin.token_env`` and has at least
+:data:`MIN_TOKEN_LENGTH` characters. The public port has no admin routes.
+
+Every answer is JSON, including the listener's own refusals (a malformed request line, a
+method it has no route for: 401 without the token, 405 with it). A connection that sends
+nothing for :data:`IDLE_TIMEOUT_S` is closed, so idle clients hold no master thread.
+Workers close their inherited copy of the listening socket right after the fork.
 
 It changes nothing itself: it edits the desired-state file that every worker follows
 (:mod:`servinglib.rollout`) and reads back the workers' reports.
@@ -24,20 +30,25 @@ from typing import Any
 
 from servinglib.artifacts import NAME_PATTERN, version_directory
 from servinglib.config import ServiceConfig
-from servinglib.errors import ServinglibError
+from servinglib.errors import InvalidInputError, ServinglibError
 from servinglib.rollout import (
     read_desired_state,
     read_worker_statuses,
     write_desired_state,
 )
+from servinglib.wire.strict_json import parse_json
 
-__all__ = ["AdminServer"]
+__all__ = ["IDLE_TIMEOUT_S", "MIN_TOKEN_LENGTH", "AdminServer"]
 
 log = logging.getLogger("servinglib.admin")
 
 _VERSION_ROUTE = re.compile(r"^/admin/models/([^/]+)/versions/([^/]+)/(load|unload)$")
 _MODEL_ROUTE = re.compile(r"^/admin/models/([^/]+)/(promote|rollback)$")
 _MAX_BODY = 64 * 1024
+_MAX_DEPTH = 8  # the admin bodies are flat objects
+MIN_TOKEN_LENGTH = 32
+IDLE_TIMEOUT_S = 10.0
+_METHODS = ("GET", "POST")
 
 
 class _RefusedError(Exception):
@@ -64,9 +75,11 @@ class AdminServer:
         port: int,
         live_pids: Callable[[], set[int]],
     ) -> None:
-        if not token:
+        if len(token) < MIN_TOKEN_LENGTH:
             raise ServinglibError(
-                "the admin API needs a token; set the variable named by admin.token_env"
+                f"the admin API needs a token of at least {MIN_TOKEN_LENGTH} characters; set "
+                "the variable named by admin.token_env (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')"
             )
         self._config = config
         self._state_dir = state_dir
@@ -77,15 +90,42 @@ class AdminServer:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "servinglib-admin"
+            timeout = IDLE_TIMEOUT_S  # per socket operation: an idle client is dropped
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.info("admin %s", format % args)
+
+            def send_error(
+                self, code: int, message: str | None = None, explain: str | None = None
+            ) -> None:
+                """The listener's own refusals (bad request line, header too long): JSON."""
+                payload = json.dumps({"error": message or HTTPStatus(code).phrase}).encode()
+                self.request_version = "HTTP/1.0"  # never an HTTP/0.9 answer without a head
+                self.send_response(code, message)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
 
             def do_GET(self) -> None:
                 admin._dispatch(self, "GET")
 
             def do_POST(self) -> None:
                 admin._dispatch(self, "POST")
+
+            def do_PUT(self) -> None:
+                admin._dispatch(self, "PUT")
+
+            def do_DELETE(self) -> None:
+                admin._dispatch(self, "DELETE")
+
+            def do_PATCH(self) -> None:
+                admin._dispatch(self, "PATCH")
+
+            def do_OPTIONS(self) -> None:
+                admin._dispatch(self, "OPTIONS")
 
         try:
             self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -111,6 +151,11 @@ class AdminServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def close_inherited(self) -> None:
+        """In a forked worker: close this process's copy of the listening socket (only the
+        master serves the admin API; a worker holding it could accept its connections)."""
+        self._server.socket.close()
+
     # --- request handling ----------------------------------------------------------------
     def _dispatch(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         try:
@@ -130,6 +175,8 @@ class AdminServer:
         handler.send_header("Content-Length", str(len(payload)))
         if status == HTTPStatus.UNAUTHORIZED:
             handler.send_header("WWW-Authenticate", 'Bearer realm="servinglib-admin"')
+        if status == HTTPStatus.METHOD_NOT_ALLOWED:
+            handler.send_header("Allow", ", ".join(_METHODS))
         handler.end_headers()
         handler.wfile.write(payload)
 
@@ -152,6 +199,11 @@ class AdminServer:
                 model, action = match.groups()
                 version = body.get("version") if isinstance(body, dict) else None
                 return HTTPStatus.OK, self.move_default(model, action, version)
+        if method not in _METHODS:
+            raise _RefusedError(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                f"the admin API takes {' and '.join(_METHODS)}, not {method}",
+            )
         raise _RefusedError(HTTPStatus.NOT_FOUND, f"no admin route {method} {path}")
 
     @staticmethod
@@ -168,9 +220,9 @@ class AdminServer:
             raise _RefusedError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "admin request body too large")
         raw = handler.rfile.read(length) if length else b""
         try:
-            return json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise _RefusedError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {e}") from e
+            return parse_json(raw, _MAX_DEPTH) if raw.strip() else {}
+        except InvalidInputError as e:
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
 
     # --- operations ----------------------------------------------------------------------
     def _model(self, name: str) -> Any:

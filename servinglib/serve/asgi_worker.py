@@ -33,7 +33,10 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         "http": "httptools",
         "lifespan": "off",  # models load when the app is imported, in the worker
         "access_log": False,  # servinglib writes its own JSON request log
+        # One Server header policy for both worker classes: gthread's gunicorn always sends
+        # "Server: gunicorn" (no version), so the event loop sends the same, never uvicorn's.
         "server_header": False,
+        "headers": [("server", "gunicorn")],
     }
 
     balance: ClassVar[ConnectionBalance | None] = None  # shared by the workers of a server
@@ -141,14 +144,23 @@ def limited_protocol(
             super().on_headers_complete()
 
         def send_400_response(self, msg: str) -> None:
+            """httptools refused the request (a bad chunk size, a malformed head): JSON 400."""
             if not self._refused:  # a 431 already went out
-                super().send_400_response(msg)
+                self._answer_and_close(
+                    b"400 Bad Request",
+                    f"the request is not valid HTTP/1.1 ({msg.rstrip('.')}); check its framing",
+                )
 
         def _refuse(self, reason: str) -> None:
+            self._answer_and_close(
+                b"431 Request Header Fields Too Large", f"{reason}; send a smaller request head"
+            )
+
+        def _answer_and_close(self, status: bytes, message: str) -> None:
             self._refused = True
-            body = orjson.dumps({"error": f"{reason}; send a smaller request head"})
+            body = orjson.dumps({"error": message})
             self.transport.write(
-                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"HTTP/1.1 " + status + b"\r\nserver: gunicorn\r\n"
                 b"content-type: application/json\r\nconnection: close\r\n"
                 b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
             )

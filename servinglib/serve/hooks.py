@@ -66,6 +66,8 @@ def _remove_if_owner(directory: Path, owner: int) -> None:
 
 ROLLOUT_ENV = "SERVINGLIB_ROLLOUT_DIR"
 
+MIN_ADMIN_TOKEN_LENGTH = 32  # servinglib.serve.admin.MIN_TOKEN_LENGTH (not imported here:
+# the admin module loads only in a master that serves it)
 _admin: list[Any] = []  # the master's admin server, when enabled (one per master process)
 
 
@@ -73,15 +75,19 @@ def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
     """When the admin API is enabled: check its token and create the desired-state directory.
 
     Raises:
-        ConfigError: ``admin.enabled`` is true but the token variable is unset or empty.
+        ConfigError: ``admin.enabled`` is true but the token variable is unset, empty or
+            shorter than 32 characters.
     """
     if not config.admin.enabled:
         os.environ.pop(ROLLOUT_ENV, None)
         return None
-    if not os.environ.get(config.admin.token_env):
+    token = os.environ.get(config.admin.token_env, "")
+    if len(token) < MIN_ADMIN_TOKEN_LENGTH:
+        state = "is empty" if not token else f"has {len(token)} characters"
         raise ConfigError(
-            f"admin.enabled is true but ${config.admin.token_env} is empty; set it to a long "
-            "random token (the admin API refuses to run without one)",
+            f"admin.enabled is true but ${config.admin.token_env} {state}; set it to a random "
+            f"token of at least {MIN_ADMIN_TOKEN_LENGTH} characters (python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'); the admin API refuses to run without one",
             source=str(config.source),
             key_path="admin.token_env",
         )
@@ -149,7 +155,11 @@ def on_starting(server: Any) -> None:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    """Worker start: keep telling the master we are alive while models load."""
+    """Worker start: close the inherited admin listener; keep telling the master we are
+    alive while models load."""
+    for admin in _admin:
+        admin.close_inherited()
+    _admin.clear()  # the master's, not this worker's: on_exit must not stop it here
     _booted.clear()
     interval = max(0.5, server.cfg.timeout / 4)
 

@@ -11,13 +11,20 @@ to the poller as before.
 It lingers only while every connection of the worker can have a thread of its own
 (connections <= threads), so it can never make a new connection wait for a thread, and not
 at all while the worker is stopping.
+
+gunicorn answers what it refuses itself (a malformed request line or header, a transfer
+coding it does not know, a bad chunk) with an HTML page; this worker sends the same status
+with a JSON ``{"error": ...}`` body, like every other answer of servinglib.
 """
 
 from __future__ import annotations
 
+import html
+import re
 import select
 from typing import Any
 
+import orjson
 from gunicorn.workers.gthread import ThreadWorker
 
 from servinglib.http.app import create_app
@@ -47,6 +54,21 @@ class LingeringThreadWorker(ThreadWorker):  # type: ignore[misc]
             keepalive = super().handle(conn)
         return keepalive
 
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """gunicorn's refusal (status, log line, access log), answered in JSON."""
+        captured = _CapturedAnswer(client)
+        super().handle_error(req, captured, addr, exc)
+        status, message = captured.status_and_message()
+        body = orjson.dumps({"error": message})
+        head = (
+            f"HTTP/1.1 {status}\r\nServer: gunicorn\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        try:
+            client.sendall(head.encode("latin-1") + body)
+        except OSError:
+            self.log.debug("Failed to send error message.")
+
     def _may_linger(self) -> bool:
         return bool(self.alive) and self.nr_conns <= self.cfg.threads
 
@@ -60,3 +82,33 @@ def _next_request_ready(conn: Any) -> bool:
     except (OSError, ValueError):
         return False
     return bool(readable)
+
+
+class _CapturedAnswer:
+    """The client socket as gunicorn's error writer sees it: what it writes is kept."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self.data = b""
+
+    def __getattr__(self, name: str) -> Any:  # getsockname() and the like, for the access log
+        return getattr(self._sock, name)
+
+    def gettimeout(self) -> float:
+        return 0.0  # written at once: no blocking mode switch on the real socket
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def status_and_message(self) -> tuple[str, str]:
+        """The status ("400 Bad Request") and the plain-text message of the HTML page."""
+        status_line = self.data.split(b"\r\n", 1)[0].decode("latin-1")
+        status = status_line.split(" ", 1)[1] if " " in status_line else "400 Bad Request"
+        page = self.data.decode("latin-1")
+        found = re.search(r"</h1>(.*)</body>", page, re.DOTALL)
+        message = html.unescape(found.group(1)).strip() if found else ""
+        if not message:
+            message = status.split(" ", 1)[-1].lower()
+        if status.startswith("5"):
+            message = "internal server error; see the server log"
+        return status, message

@@ -1,10 +1,11 @@
-"""Strict JSON parsing for request bodies: no NaN/Infinity, bounded nesting."""
+"""Strict JSON parsing for request bodies: UTF-8 only, no NaN/Infinity, no lone
+surrogates, numbers within a 64-bit float, bounded nesting."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
@@ -38,8 +39,8 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
         # orjson (C) accepts exactly strict JSON and refuses NaN, Infinity and overflowing
         # numbers; whatever it refuses is parsed again below, only to say what was wrong.
         document = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        document = _parse_slowly(raw, max_depth)
+    except orjson.JSONDecodeError as e:
+        _refuse(raw, max_depth, e)
     if isinstance(raw, bytes):
         brackets = raw.count(b"[") + raw.count(b"{")
     else:
@@ -49,10 +50,15 @@ def parse_json(raw: bytes | str, max_depth: int) -> Any:
     return document
 
 
-def _parse_slowly(raw: bytes | str, max_depth: int) -> Any:
-    """The standard library's parse of a body orjson refused, for its precise error."""
+def _refuse(raw: bytes | str, max_depth: int, error: orjson.JSONDecodeError) -> NoReturn:
+    """Explain why orjson refused ``raw``: the standard library's parse says it precisely.
+
+    What the standard library accepts but orjson refuses is refused too: lone surrogates
+    (``"\\ud800"``), encoded surrogates and other invalid UTF-8, UTF-16 bodies, integers
+    too large for a 64-bit float.
+    """
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InvalidInputError(f"request body is not valid JSON: {e}") from e
     except ValueError as e:  # e.g. an integer with more digits than Python converts
@@ -61,6 +67,10 @@ def _parse_slowly(raw: bytes | str, max_depth: int) -> Any:
         raise InvalidInputError(
             f"request body nests deeper than {max_depth} levels; flatten it"
         ) from None
+    raise InvalidInputError(
+        f"request body is not strict UTF-8 JSON: {error}; send UTF-8 without lone surrogates "
+        "and numbers a 64-bit float holds"
+    ) from None
 
 
 def _check_depth(document: Any, max_depth: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,13 +20,14 @@ import numpy as np
 
 from servinglib import jsonbytes
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
-from servinglib.wire.datatypes import DATATYPES, datatype_of, numpy_dtype, wire_dtype
+from servinglib.wire.datatypes import datatype_of, numpy_dtype, wire_dtype
 from servinglib.wire.strict_json import parse_json
+from servinglib.wire.tensor_checks import MAX_ELEMENTS, check_datatype, check_finite, check_shape
 
-__all__ = ["InferRequest", "RequestedOutput", "decode_request", "encode_response"]
+__all__ = ["MAX_ID_LENGTH", "InferRequest", "RequestedOutput", "decode_request", "encode_response"]
 
-MAX_ELEMENTS = 16 * 1024 * 1024
-MAX_DIMENSIONS = 32
+MAX_ID_LENGTH = 256
+_ID_PATTERN = re.compile(rf"[\x20-\x7e]{{1,{MAX_ID_LENGTH}}}")
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,7 @@ def decode_request(
     raw_inputs = header.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise InvalidInputError("`inputs` must be a non-empty list of tensors")
-    request_id = header.get("id")
-    if request_id is not None and not isinstance(request_id, str):
-        raise InvalidInputError("`id` must be a string")
+    request_id = _request_id(header.get("id"))
     params = _parameters(header, "request")
     inputs: dict[str, np.ndarray] = {}
     offset = 0
@@ -90,6 +90,12 @@ def decode_request(
             raise InvalidInputError(f"{where}: input {name!r} appears twice")
         size = _parameters(raw, where).get("binary_data_size")
         if size is not None:
+            if header_length is None:
+                raise InvalidInputError(
+                    f"{where} ({name!r}) sets binary_data_size, which needs the binary tensor "
+                    "extension: send the Inference-Header-Content-Length header; in a JSON "
+                    "body give `data` instead"
+                )
             if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise InvalidInputError(
                     f"{where}.parameters.binary_data_size must be an integer >= 0"
@@ -115,6 +121,19 @@ def decode_request(
     binary_default = bool(params.get("binary_data_output", False))
     outputs = _requested_outputs(header["outputs"], binary_default) if "outputs" in header else None
     return InferRequest(request_id, inputs, outputs, binary_default, params)
+
+
+def _request_id(raw: Any) -> str | None:
+    """The body's ``id``: echoed in the answer, so bounded and printable."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not _ID_PATTERN.fullmatch(raw):
+        shown = raw[:40] if isinstance(raw, str) else type(raw).__name__
+        raise InvalidInputError(
+            f"`id` {shown!r} must be a string of 1 to {MAX_ID_LENGTH} printable ASCII "
+            "characters (no control characters)"
+        )
+    return raw
 
 
 def _requested_outputs(raw_outputs: Any, binary_default: bool) -> tuple[RequestedOutput, ...]:
@@ -148,39 +167,9 @@ def _tensor_header(
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidInputError(f"{where}.name must be a non-empty string")
-    shape = raw.get("shape")
-    if isinstance(shape, list) and len(shape) > MAX_DIMENSIONS:
-        raise InvalidInputError(
-            f"{where} ({name!r}) has {len(shape)} dimensions; at most {MAX_DIMENSIONS}"
-        )
-    if isinstance(shape, list):  # JSON does not tell 3 from 3.0
-        shape = [int(d) if isinstance(d, float) and d.is_integer() else d for d in shape]
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise InvalidInputError(f"{where} ({name!r}).shape must be a list of integers >= 0")
-    datatype = raw.get("datatype")
-    if datatype not in DATATYPES:
-        raise InvalidInputError(
-            f"{where} ({name!r}).datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
-        )
-    if _elements_exceed(shape, max_elements):
-        raise InvalidInputError(
-            f"{where} ({name!r}) has more than {max_elements} elements (server.max_tensor_elements)"
-        )
-    return name, tuple(shape), str(datatype)
-
-
-def _elements_exceed(shape: list[int], limit: int) -> bool:
-    """Whether the product of ``shape`` passes ``limit``, without computing huge products."""
-    count = 1
-    for dimension in shape:
-        if dimension == 0:
-            return False
-        count *= dimension
-        if count > limit:
-            return True
-    return False
+    where = f"{where} ({name!r})"
+    shape = check_shape(raw.get("shape"), where, max_elements)
+    return name, shape, check_datatype(raw.get("datatype"), where)
 
 
 def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
@@ -212,8 +201,11 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
         )
     array = np.frombuffer(data, dtype=dtype).reshape(shape)
     if datatype == "BF16":
-        return (array.astype(np.uint32) << 16).view(np.float32)
-    return array.astype(dtype.newbyteorder("="), copy=True)
+        array = (array.astype(np.uint32) << 16).view(np.float32)
+    else:
+        array = array.astype(dtype.newbyteorder("="), copy=True)
+    check_finite(array, where)  # the rule JSON bodies follow, for binary tensors too
+    return array
 
 
 def _flatten(data: Any) -> list[Any]:
@@ -250,7 +242,13 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         if not all(isinstance(v, str) for v in flat):
             raise InvalidInputError(f"{where}: BYTES data must be strings")
         array = np.empty(count, dtype=object)
-        array[:] = [v.encode("utf-8") for v in flat]
+        try:
+            array[:] = [v.encode("utf-8") for v in flat]
+        except UnicodeEncodeError as e:
+            raise InvalidInputError(
+                f"{where}: BYTES data holds a lone surrogate ({e.object[e.start : e.end]!r}); "
+                "send valid UTF-8 text, or binary data"
+            ) from None
         return array.reshape(shape)
     if datatype == "BOOL":
         if not all(isinstance(v, bool) for v in flat):
@@ -262,14 +260,15 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         bad = next(v for v in flat if type(v) not in allowed)
         kind = "integers" if integer else "numbers"
         raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
-    if datatype == "BF16":
-        return np.array(flat, dtype=np.float32).reshape(shape)
-    dtype = numpy_dtype(datatype)
+    dtype = numpy_dtype(datatype)  # BF16 is served as FP32
     if integer and flat:
         lowest, highest = _integer_range(dtype)
         if min(flat) < lowest or max(flat) > highest:
             raise InvalidInputError(f"{where}: value out of range for {datatype}")
-    return np.array(flat, dtype=dtype).reshape(shape)
+    with np.errstate(over="ignore"):
+        array = np.array(flat, dtype=dtype).reshape(shape)
+    check_finite(array, where)  # e.g. 1e300 sent as FP32 overflows to Infinity
+    return array
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -290,6 +289,7 @@ def encode_response(
     Raises:
         InvalidInputError: a requested output does not exist.
         TypeError: the model returned something that is not tensor-like.
+        jsonbytes.NonFiniteError: a JSON output holds NaN or Infinity.
     """
     if requested is None:
         chosen = [(name, binary_default) for name in outputs]
@@ -322,7 +322,9 @@ def encode_response(
     try:
         header = jsonbytes.dumps(body)
     except jsonbytes.NonFiniteError as e:
-        raise ValueError(f"model {model!r} returned NaN or Infinity; JSON cannot carry them") from e
+        raise jsonbytes.NonFiniteError(
+            f"model {model!r} returned NaN or Infinity; JSON cannot carry them"
+        ) from e
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)

@@ -23,7 +23,7 @@ from tests.conftest import LiveServer, free_port
 pytestmark = pytest.mark.integration
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "service"
-TOKEN = "s3cret-token-for-tests-only"
+TOKEN = "s3cret-token-for-tests-only-0123456789"
 
 
 def admin_service(tmp_path: Path, port: int) -> Path:
@@ -97,7 +97,11 @@ def test_admin_is_off_the_public_port_and_needs_the_token(
     assert client.call("POST", "/admin/models/ghost/versions/1/load")[0] == 404
 
 
-def test_admin_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [("", "SERVINGLIB_ADMIN_TOKEN is empty"), ("x", "SERVINGLIB_ADMIN_TOKEN has 1 characters")],
+)
+def test_admin_refuses_to_start_without_a_long_token(tmp_path: Path, token: str, said: str) -> None:
     config = admin_service(tmp_path, free_port())
     result = subprocess.run(
         [sys.executable, "-m", "servinglib.cli", "serve", "--config", str(config)],
@@ -105,10 +109,11 @@ def test_admin_refuses_to_start_without_a_token(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
-        env={"PATH": "/usr/bin:/bin", "SERVINGLIB_ADMIN_TOKEN": ""},
+        env={"PATH": "/usr/bin:/bin", "SERVINGLIB_ADMIN_TOKEN": token},
     )
     assert result.returncode == 2
-    assert "SERVINGLIB_ADMIN_TOKEN is empty" in result.stderr
+    assert said in result.stderr
+    assert "at least 32 characters" in result.stderr
 
 
 def test_a_taken_admin_port_is_one_clear_error(tmp_path: Path) -> None:
@@ -186,3 +191,86 @@ def test_failing_load_promote_and_rollback_under_load_fail_no_request(
         client.rollback("scorer")
     with pytest.raises(ServinglibError, match="is the default version"):
         client.unload("scorer", "2")
+
+
+def _raw(port: int, request: bytes) -> tuple[int, dict[str, Any]]:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def _listening_inode(port: int) -> str:
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{port:04X}") and fields[3] == "0A":  # LISTEN
+            return fields[9]
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def test_the_admin_listener_answers_hostile_requests_with_json_and_workers_do_not_hold_it(
+    tmp_path: Path, start_server: Any
+) -> None:
+    port = free_port()
+    server: LiveServer = start_server(
+        admin_service(tmp_path, port), "--workers", "2", env={"SERVINGLIB_ADMIN_TOKEN": TOKEN}
+    )
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    status, body = _raw(
+        port,
+        b"POST /admin/models/scorer/promote HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + auth
+        + b"Content-Length: %d\r\n\r\n" % len(deep)
+        + deep[: 60 * 1024],
+    )
+    assert status in (400, 413), body
+    nested = b'{"version": ' + b"[" * 50 + b"]" * 50 + b"}"
+    status, body = _raw(
+        port,
+        b"POST /admin/models/scorer/promote HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + auth
+        + b"Content-Length: %d\r\n\r\n" % len(nested)
+        + nested,
+    )
+    assert status == 400
+    assert "nests deeper" in body["error"], body
+    for method in (b"PUT", b"DELETE", b"PATCH"):
+        request = b"%s /admin/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % method
+        assert _raw(port, request + b"\r\n")[0] == 401  # the token first
+        status, body = _raw(port, request + auth + b"\r\n")
+        assert status == 405
+        assert "takes GET and POST" in body["error"]
+    status, body = _raw(port, b"BREW /\x00 HTTP/9.9\r\n\r\n")
+    assert 400 <= status < 600
+    assert body["error"]
+    # An idle connection is closed by the listener (a master thread is not held for ever).
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as idle:
+        assert idle.recv(1) == b""
+    # Only the master holds the admin listening socket.
+    inode = _listening_inode(port)
+    assert inode in _socket_inodes(server.process.pid)
+    workers = [
+        int(p)
+        for p in Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children")
+        .read_text()
+        .split()
+    ]
+    assert len(workers) == 2
+    for pid in workers:
+        assert inode not in _socket_inodes(pid), f"worker {pid} holds the admin socket"

@@ -92,6 +92,43 @@ def malformed_bodies(
             + b"xx",
             {"Inference-Header-Content-Length": "84"},
         ),
+        # Bodies that once reached the model or crashed the decoder with a 500.
+        lambda: (
+            b'{"inputs":[{"name":"a","shape":[1],"datatype":"BYTES","data":["\\ud800"]}]}',
+            json_type,
+        ),
+        lambda: (
+            json.dumps(
+                {"inputs": [{"name": "a", "shape": [0, 10**20], "datatype": "FP32", "data": []}]}
+            ).encode(),
+            json_type,
+        ),
+        lambda: (
+            b'{"inputs":[{"name":"a","shape":[1],"datatype":"FP32","data":[' + b"9" * 400 + b"]}]}",
+            json_type,
+        ),
+        lambda: (
+            json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": "a",
+                            "shape": [1],
+                            "datatype": rng.choice([{}, [], ["FP32"]]),
+                            "data": [1],
+                        }
+                    ]
+                }
+            ).encode(),
+            json_type,
+        ),
+        lambda: (b'{"model_id": "\xed\xa0\x80", "features": {}}', json_type),
+        lambda: (b'{"model_id": "scorer", "features": {"x": ' + b"9" * 400 + b"}}", json_type),
+        lambda: (
+            b'{"inputs":[{"name":"a","shape":[1],"datatype":"FP32",'
+            b'"parameters":{"binary_data_size":4}}]}' + struct.pack("<f", float("nan")),
+            {"Inference-Header-Content-Length": "91"},
+        ),
     ]
     bodies = [makers[i % len(makers)]() for i in range(count)]
     rng.shuffle(bodies)

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
+import io
 import json
+import lzma
+import os
 import pickle
 import time
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -150,3 +157,59 @@ def test_pickle_needs_allow_pickle_and_pins_are_checked(tmp_path: Path) -> None:
     registry = ModelRegistry(load_config(config, environ={}))
     registry.load_all()
     assert registry.record("slow", "1").state is VersionState.READY
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+PAYLOAD = {"weights": [1.0, 2.0], "call": os.system}  # os.system: a GLOBAL opcode
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        *[(f"protocol{p}.bin", pickle.dumps(PAYLOAD, protocol=p)) for p in range(6)],
+        ("protocol0-plain.dat", pickle.dumps([1, 2, "x"], protocol=0)),
+        ("model.pkl.gz.bin", gzip.compress(pickle.dumps(PAYLOAD, protocol=0))),
+        ("weights.bz", bz2.compress(pickle.dumps(PAYLOAD, protocol=1))),
+        ("weights.xz", lzma.compress(pickle.dumps(PAYLOAD))),
+        ("weights.lzma", lzma.compress(pickle.dumps(PAYLOAD), format=lzma.FORMAT_ALONE)),
+        ("weights.z", zlib.compress(pickle.dumps(PAYLOAD, protocol=1))),
+        ("objects.npy", _npy(np.array([1, "a", None], dtype=object))),
+        ("objects.npz", _npz(a=np.arange(3), o=np.array([{}], dtype=object))),
+        ("large.bin", pickle.dumps([os.system, *[b"x" * 100] * 12_000], protocol=0)),
+    ],
+)
+def test_pickles_are_found_by_content_whatever_their_name(
+    tmp_path: Path, name: str, data: bytes
+) -> None:
+    (tmp_path / name).write_bytes(data)
+    assert [p.name for p in find_pickles(tmp_path)] == [name]
+
+
+def test_joblib_dumps_are_pickles_compressed_or_not(tmp_path: Path) -> None:
+    joblib = pytest.importorskip("joblib")
+    for compress in (0, 3, ("gzip", 3), ("bz2", 3), ("xz", 3), ("lzma", 3)):
+        path = tmp_path / f"model-{compress}.out"
+        joblib.dump({"w": np.arange(10.0)}, path, compress=compress)
+    assert len(find_pickles(tmp_path)) == 6
+
+
+def test_safe_files_are_not_taken_for_pickles(tmp_path: Path) -> None:
+    (tmp_path / "weights.npz").write_bytes(_npz(w=np.arange(10.0), names=np.array(["a", "b"])))
+    (tmp_path / "weights.npy").write_bytes(_npy(np.ones((3, 3), dtype=np.float32)))
+    (tmp_path / "config.json").write_text('{"a": [1, 2]}')
+    (tmp_path / "notes.txt").write_text("hello (lots of text) looks like opcodes.\n")
+    (tmp_path / "offset.txt").write_text("0.5")  # POP, STOP: parses, but pops nothing
+    (tmp_path / "data.gz").write_bytes(gzip.compress(b"plain text, not a pickle"))
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a zip")
+    assert find_pickles(tmp_path) == []

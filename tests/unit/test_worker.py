@@ -38,3 +38,45 @@ def test_a_worker_serves_its_models_and_close_flushes_the_prediction_log(
         ids = {row[0] for row in db.execute("SELECT request_id FROM predictions")}
     assert "r1" in ids
     assert len(ids) == 2
+
+
+def test_the_prediction_log_keys_an_open_inference_request_on_its_x_request_id(
+    service_config: Path, tmp_path: Path
+) -> None:
+    service = tmp_path / "service"
+    shutil.copytree(service_config.parent, service)
+    database = tmp_path / "predictions.db"
+    config = service / "servinglib.yaml"
+    config.write_text(
+        config.read_text() + f"monitoring:\n  prediction_log:\n    url: sqlite:///{database}\n"
+    )
+    worker = build_worker(load_config(config, environ={}))
+    tensor = {"name": "x", "shape": [1], "datatype": "FP64", "data": [1.0]}
+    try:
+        response = (
+            create_app(worker.service, worker.metrics)
+            .test_client()
+            .post(
+                "/v2/models/echo/infer",
+                json={"id": "body-id\twith a tab", "inputs": [tensor]},
+                headers={"x-request-id": "edge-1"},
+            )
+        )
+        assert response.status_code == 400  # a control character in the id
+        response = (
+            create_app(worker.service, worker.metrics)
+            .test_client()
+            .post(
+                "/v2/models/echo/infer",
+                json={"id": "body-id", "inputs": [tensor]},
+                headers={"x-request-id": "edge-2"},
+            )
+        )
+        assert response.status_code == 200
+        assert response.get_json()["id"] == "body-id"
+        assert response.headers["x-request-id"] == "edge-2"
+    finally:
+        worker.close()
+    with sqlite3.connect(database) as db:
+        ids = [row[0] for row in db.execute("SELECT request_id FROM predictions")]
+    assert ids == ["edge-2"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 
 from servinglib._importing import import_model_class
+from servinglib.compose.calls import LaneCaller
 from servinglib.config import ServiceConfig, load_config
 from servinglib.errors import ServinglibError
 from servinglib.registry import ModelRegistry, VersionRecord, discover_versions
 from servinglib.selftest import load_test_data
+from servinglib.service import InferenceService
 from servinglib.shadow import make_comparator
 
 __all__ = ["run_all_selftests", "validate_service"]
@@ -66,7 +68,17 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
 
 
 def run_all_selftests(config: ServiceConfig) -> list[VersionRecord]:
-    """Load and self-test every version of every model, as a worker would."""
-    registry = ModelRegistry(config)
-    registry.load_all()
+    """Load and self-test every version of every model, as a worker would.
+
+    Composed models call their members through a service's lanes, as in a worker.
+    """
+    caller = LaneCaller(threads=config.server.threads)
+    registry = ModelRegistry(config, caller=caller)
+    service = InferenceService(registry)
+    caller.bind(service)
+    try:
+        registry.load_all()
+    finally:
+        service.close()
+        caller.close()
     return [record for name in registry.model_names() for record in registry.records(name)]

@@ -28,7 +28,7 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.lanes import Lane, RejectionListener
-from servinglib.model import Model
+from servinglib.model import REQUEST_DEADLINE, Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 
 __all__ = [
@@ -277,8 +277,8 @@ class InferenceService:
         except InvalidInputError as e:
             lane.rejected(e.field or "features", ready)
             raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError):
-            raise
+        except (OverloadedError, DeadlineExceededError, PredictionError):
+            raise  # a composed model's member failed: already logged under its own id
         except Exception as e:
             raise PredictionError.logged(
                 ready.model, ready.version, "raised while predicting", e
@@ -359,7 +359,11 @@ def _prepare_and_predict(
     payload = instance.prepare(features)
     if clock() >= deadline:
         raise DeadlineExceededError("the request deadline passed before the model ran")
-    return instance.predict(payload)
+    token = REQUEST_DEADLINE.set(deadline)  # composed models share it with their steps
+    try:
+        return instance.predict(payload)
+    finally:
+        REQUEST_DEADLINE.reset(token)
 
 
 def _late(ready: ReadyVersion) -> DeadlineExceededError:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servinglib.compose.calls import LaneCaller
 from servinglib.config import ServiceConfig, load_config
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics
@@ -57,12 +58,8 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
         worker.close()
     """
     metrics = ServingMetrics(score_buckets=config.score_buckets)
-    registry = ModelRegistry(config, listener=metrics)
-    registry.load_all()
-    if not registry.is_ready():
-        log.warning(
-            "worker %d started NOT READY: a default version failed; see /models", os.getpid()
-        )
+    caller = LaneCaller(listener=metrics, threads=config.server.threads)
+    registry = ModelRegistry(config, listener=metrics, caller=caller)
     logger = None
     if config.prediction_log is not None:
         logger = PredictionLogger(
@@ -75,6 +72,12 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
     service = InferenceService(
         registry, listener=metrics, recorder=logger, shadows=shadows, batch_listener=metrics
     )
+    caller.bind(service)  # composed models call their steps through the service's lanes
+    registry.load_all()
+    if not registry.is_ready():
+        log.warning(
+            "worker %d started NOT READY: a default version failed; see /models", os.getpid()
+        )
     watcher = None
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
@@ -85,6 +88,7 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
         if watcher is not None:
             watcher.stop()
         service.close()  # queued requests first: their answers feed shadows and the log
+        caller.close()
         shadows.close()
         if logger is not None:
             logger.close()

@@ -86,10 +86,15 @@ def model_config(model: str, version: str | None = None) -> Response:
         if all(v.isdigit() for v in versions)
         else {"all": {}}
     )
+    scheduling = getattr(record.instance, "ensemble_scheduling", None)
+    composed: dict[str, Any] = (  # Triton's tools read a composed model as an ensemble
+        {"platform": "ensemble", "backend": "", "ensemble_scheduling": scheduling()}
+        if callable(scheduling)
+        else {"platform": "", "backend": "python"}
+    )
     return jsonify(
         name=model,
-        platform="",
-        backend="python",
+        **composed,
         max_batch_size=0,
         input=[_triton_tensor(spec) for spec in record.instance.inputs],
         output=[_triton_tensor(spec) for spec in record.instance.outputs],

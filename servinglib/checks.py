@@ -70,15 +70,11 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
 def run_all_selftests(config: ServiceConfig) -> list[VersionRecord]:
     """Load and self-test every version of every model, as a worker would.
 
-    Composed models call their members through a service's lanes, as in a worker.
+    Composed models call their members through a service's lanes, as in a worker; those
+    stay open (idle threads) so the loaded versions can still answer afterwards.
     """
     caller = LaneCaller(threads=config.server.threads)
     registry = ModelRegistry(config, caller=caller)
-    service = InferenceService(registry)
-    caller.bind(service)
-    try:
-        registry.load_all()
-    finally:
-        service.close()
-        caller.close()
+    caller.bind(InferenceService(registry))
+    registry.load_all()
     return [record for name in registry.model_names() for record in registry.records(name)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import hashlib
 import io
+import logging
 import lzma
 import pickletools
 import re
@@ -16,15 +17,20 @@ from typing import IO
 
 import numpy as np
 
+from servinglib.config import ModelConfig
 from servinglib.errors import ModelLoadError, VersionNotFoundError
+
+log = logging.getLogger("servinglib.registry")
 
 __all__ = [
     "NAME_PATTERN",
     "PICKLE_SUFFIXES",
+    "discover_versions",
     "find_pickles",
     "holds_pickle",
     "verify_sha256",
     "version_directory",
+    "version_sort_key",
 ]
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -206,3 +212,29 @@ def verify_sha256(directory: Path, pins: Mapping[str, str]) -> None:
                 f"artifact {relative!r} has sha256 {digest.hexdigest()}, but servinglib.yaml pins "
                 f"{expected}; restore the right file or update the pin"
             )
+
+
+def version_sort_key(version: str) -> tuple[int, int | str]:
+    """Numeric versions first, in numeric order, then the others by name."""
+    return (0, int(version)) if version.isdigit() else (1, version)
+
+
+def discover_versions(model: ModelConfig) -> list[str]:
+    """Version directories of a model's repository (or its explicit ``versions`` list)."""
+    if model.versions is not None:
+        return sorted(model.versions, key=version_sort_key)
+    found = []
+    root = model.repository.resolve()
+    for child in model.repository.iterdir():
+        if not child.is_dir() or child.name.startswith(("_", ".")):
+            continue
+        if child.resolve().parent != root:
+            log.warning("ignoring %s: it links outside the model repository %s", child, root)
+            continue
+        if NAME_PATTERN.match(child.name):
+            found.append(child.name)
+        else:
+            log.warning(
+                "ignoring directory %s: not a valid version name (%s)", child, NAME_PATTERN.pattern
+            )
+    return sorted(found, key=version_sort_key)

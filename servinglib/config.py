@@ -22,6 +22,8 @@ import yaml
 
 from servinglib._config_checks import check_routed_versions, resolve_inside, resolve_log_url
 from servinglib._schema_errors import validate_against_schema
+from servinglib.compose.checks import check_compositions
+from servinglib.compose.spec import Composition, parse_composition
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
@@ -180,6 +182,7 @@ class ModelConfig:
     allow_pickle: bool = False
     sha256: Mapping[str, str] = field(default_factory=dict)
     optimize_budgets: Mapping[str, Any] | None = None
+    composition: Composition | None = None
     key_path: str = ""
 
 
@@ -276,6 +279,16 @@ RUNTIME_CLASSES = {
 }
 
 
+COMPOSED_CLASS = "servinglib.compose.model:ComposedModel"
+
+
+def _class_ref(entry: Mapping[str, Any], composition: Composition | None) -> str:
+    if composition is not None:
+        return COMPOSED_CLASS
+    runtime = entry.get("runtime")
+    return RUNTIME_CLASSES[runtime] if runtime else str(entry["class"])
+
+
 def _tensors(raw: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(t["name"], t["datatype"], tuple(t["shape"])) for t in raw)
 
@@ -360,7 +373,10 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 source=label,
                 key_path=f"{where}.repository",
             )
+        composition = parse_composition(entry)
         versions = tuple(entry["versions"]) if "versions" in entry else None
+        if versions is None and composition is not None:
+            versions = tuple(composition.versions)
         default = entry["default_version"]
         if versions is not None and default not in versions:
             raise ConfigError(
@@ -395,7 +411,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
         models.append(
             ModelConfig(
                 name=name,
-                class_ref=RUNTIME_CLASSES[runtime] if runtime else entry["class"],
+                class_ref=_class_ref(entry, composition),
                 runtime=runtime,
                 inputs=_tensors(entry.get("inputs", [])),
                 outputs=_tensors(entry.get("outputs", [])),
@@ -404,10 +420,12 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 versions=versions,
                 shadows=tuple(_shadow(s) for s in entry.get("shadow", [])),
                 batching=_batch_policy(entry.get("batching"), label, where),
+                composition=composition,
                 key_path=where,
                 **given,
             )
         )
+    check_compositions(models, label)
     monitoring = raw.get("monitoring", {})
     prediction_log = None
     if "prediction_log" in monitoring:

@@ -78,8 +78,11 @@ class Lane:
         self._call_s = QUICK_S * 10  # unmeasured: assume slow until calls say otherwise
 
     def quick(self) -> bool:
-        """Whether the model's unbatched calls are quick enough to run on an event loop."""
-        return self._call_s < QUICK_S
+        """Whether the model's unbatched calls are quick enough to run on an event loop.
+
+        Never for a composed model: its steps wait for other lanes.
+        """
+        return self._call_s < QUICK_S and self.config.composition is None
 
     def timed(
         self, call: Callable[..., Any], instance: Model, features: Any, deadline: float

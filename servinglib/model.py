@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from servinglib.errors import InvalidInputError
 
-__all__ = ["Model", "ModelSettings", "SelfTestCase", "TensorSpec", "Tolerance"]
+__all__ = [
+    "REQUEST_DEADLINE",
+    "Model",
+    "ModelCaller",
+    "ModelSettings",
+    "SelfTestCase",
+    "TensorSpec",
+    "Tolerance",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,35 @@ class SelfTestCase:
     tolerance: Tolerance = field(default_factory=Tolerance)
 
 
+# The absolute deadline (time.monotonic) of the request being answered on this thread; the
+# service sets it around unbatched calls so composed models share it across their steps.
+REQUEST_DEADLINE: ContextVar[float | None] = ContextVar("servinglib_request_deadline", default=None)
+
+
+class ModelCaller(Protocol):
+    """Calls another configured model through its own lane (what composed models run on)."""
+
+    def call(
+        self,
+        model: str,
+        version: str | None,
+        inputs: Any,
+        *,
+        owner: tuple[str, str, str],
+        deadline: float | None,
+    ) -> Any:
+        """Answer ``inputs`` with ``model`` by ``deadline``; ``owner`` is (model, version, step)."""
+
+    def check_ready(self, model: str, version: str | None, step: str) -> None:
+        """Raise ModelLoadError naming ``step`` unless ``model`` (``version``) is READY."""
+
+    def submit(self, work: Callable[[], Any]) -> Future[Any]:
+        """Run ``work`` beside the calling thread (steps that do not wait for each other)."""
+
+    def import_object(self, ref: str) -> object:
+        """Import ``module:name`` from the service's python_path (custom combiners)."""
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """What servinglib tells a model instance before ``load()``.
@@ -70,6 +109,8 @@ class ModelSettings:
         runtime_options: ``runtime_options`` from servinglib.yaml.
         inputs: tensor inputs declared in servinglib.yaml.
         outputs: tensor outputs declared in servinglib.yaml.
+        caller: calls other models (set for every model; composed models use it).
+        composition: the ``pipeline:``/``ensemble:`` spec of a composed model.
     """
 
     name: str
@@ -78,6 +119,8 @@ class ModelSettings:
     runtime_options: Mapping[str, Any] = field(default_factory=dict)
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
+    caller: ModelCaller | None = None
+    composition: Any = None
 
 
 class Model(ABC):

@@ -22,7 +22,15 @@ from typing import Protocol
 
 from servinglib._importing import import_model_class
 from servinglib._tracebacks import user_frame
-from servinglib.artifacts import NAME_PATTERN, find_pickles, verify_sha256, version_directory
+from servinglib.artifacts import (
+    NAME_PATTERN,
+    discover_versions,
+    find_pickles,
+    verify_sha256,
+    version_directory,
+    version_sort_key,
+)
+from servinglib.compose.order import load_order
 from servinglib.config import ModelConfig, ServiceConfig
 from servinglib.errors import (
     ModelNotFoundError,
@@ -31,7 +39,7 @@ from servinglib.errors import (
     VersionNotFoundError,
     public_reason,
 )
-from servinglib.model import Model, ModelSettings, SelfTestCase
+from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
 from servinglib.selftest import SelfTestReport, compare_outputs, load_test_data, run_selftests
 
 __all__ = [
@@ -105,31 +113,6 @@ class VersionRecord:
     ready: ReadyVersion | None = None
 
 
-def _version_sort_key(version: str) -> tuple[int, int | str]:
-    return (0, int(version)) if version.isdigit() else (1, version)
-
-
-def discover_versions(model: ModelConfig) -> list[str]:
-    """Version directories of a model's repository (or its explicit ``versions`` list)."""
-    if model.versions is not None:
-        return sorted(model.versions, key=_version_sort_key)
-    found = []
-    root = model.repository.resolve()
-    for child in model.repository.iterdir():
-        if not child.is_dir() or child.name.startswith(("_", ".")):
-            continue
-        if child.resolve().parent != root:
-            log.warning("ignoring %s: it links outside the model repository %s", child, root)
-            continue
-        if NAME_PATTERN.match(child.name):
-            found.append(child.name)
-        else:
-            log.warning(
-                "ignoring directory %s: not a valid version name (%s)", child, NAME_PATTERN.pattern
-            )
-    return sorted(found, key=_version_sort_key)
-
-
 class ModelRegistry:
     """Every configured model version of one worker, with its state.
 
@@ -141,9 +124,15 @@ class ModelRegistry:
         ready.instance.predict({"distance_km": 2.0})
     """
 
-    def __init__(self, config: ServiceConfig, listener: LifecycleListener | None = None) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        listener: LifecycleListener | None = None,
+        caller: ModelCaller | None = None,
+    ) -> None:
         self._config = config
         self._listener = listener
+        self._caller = caller
         self._lock = threading.Lock()
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
@@ -208,7 +197,7 @@ class ModelRegistry:
             versions = dict(self._versions[model])
             versions[version] = record
             self._versions[model] = dict(
-                sorted(versions.items(), key=lambda kv: _version_sort_key(kv[0]))
+                sorted(versions.items(), key=lambda kv: version_sort_key(kv[0]))
             )
         return self.load_version(config, record)
 
@@ -258,8 +247,12 @@ class ModelRegistry:
         return True
 
     def load_all(self) -> None:
-        """Load every discovered version of every model; failures only mark that version."""
-        for model in self._models.values():
+        """Load every discovered version of every model; failures only mark that version.
+
+        Composed models load last, each after the models it calls, so their self-tests run
+        through members that are already READY.
+        """
+        for model in load_order(list(self._models.values())):
             if model.default_version not in self._versions[model.name]:
                 log.error(
                     "model %r: default_version %r has no directory in %s",
@@ -369,6 +362,8 @@ class ModelRegistry:
                 runtime_options=model.runtime_options,
                 inputs=model.inputs,
                 outputs=model.outputs,
+                caller=self._caller,
+                composition=model.composition,
             )
         )
         try:

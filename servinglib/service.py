@@ -30,7 +30,7 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.lanes import Lane, RejectionListener
-from servinglib.model import Model
+from servinglib.model import REQUEST_DEADLINE, Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 
 __all__ = [
@@ -379,7 +379,11 @@ def _prepare_and_predict(
     payload = instance.prepare(features)
     if clock() >= deadline:
         raise DeadlineExceededError("the request deadline passed before the model ran")
-    return instance.predict(payload)
+    token = REQUEST_DEADLINE.set(deadline)  # composed models share it with their steps
+    try:
+        return instance.predict(payload)
+    finally:
+        REQUEST_DEADLINE.reset(token)
 
 
 class _Call:
@@ -419,8 +423,8 @@ class _Call:
         except InvalidInputError as e:
             self.lane.rejected(e.field or "features", self.ready)
             raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError):
-            raise
+        except (OverloadedError, DeadlineExceededError, PredictionError):
+            raise  # a composed model's member failed: already logged under its own id
         except Exception as e:
             raise PredictionError.logged(
                 self.ready.model, self.ready.version, "raised while predicting", e

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servinglib.compose.calls import LaneCaller
 from servinglib.config import ServiceConfig, load_config
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.logs import configure_logging
@@ -59,12 +60,8 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
     """
     metrics = ServingMetrics(score_buckets=config.score_buckets)
     metrics.declare_shadow_pairs(config)
-    registry = ModelRegistry(config, listener=metrics)
-    registry.load_all()
-    if not registry.is_ready():
-        log.warning(
-            "worker %d started NOT READY: a default version failed; see /models", os.getpid()
-        )
+    caller = LaneCaller(listener=metrics, threads=config.server.threads)
+    registry = ModelRegistry(config, listener=metrics, caller=caller)
     logger = None
     if config.prediction_log is not None:
         logger = PredictionLogger(
@@ -84,6 +81,12 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
         batch_listener=metrics,
         drift=drift,
     )
+    caller.bind(service)  # composed models call their steps through the service's lanes
+    registry.load_all()
+    if not registry.is_ready():
+        log.warning(
+            "worker %d started NOT READY: a default version failed; see /models", os.getpid()
+        )
     watcher = None
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
@@ -94,6 +97,7 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
         if watcher is not None:
             watcher.stop()
         service.close()  # queued requests first: their answers feed shadows and the log
+        caller.close()
         shadows.close()
         if logger is not None:
             logger.close()

@@ -597,6 +597,40 @@ def sections() -> tuple[Section, ...]:
             ),
         ),
         Section(
+            "Composed models",
+            (
+                Panel(
+                    "Step duration p50 / p99",
+                    "Each step of a pipeline or member of an ensemble, through its model's own "
+                    "lane (queueing and batching included).",
+                    ("step_duration",),
+                    tuple(
+                        Query(
+                            quantile(q, "step_duration", "model, version, step"),
+                            f"p{round(q * 100)} {{{{model}}}} v{{{{version}}}} {{{{step}}}}",
+                        )
+                        for q in (0.5, 0.99)
+                    ),
+                    unit="s",
+                    width=12,
+                ),
+                Panel(
+                    "Step errors",
+                    "Steps that failed or could not start within the remaining deadline; an "
+                    "ensemble answering from the rest counts its failed members here.",
+                    ("step_errors",),
+                    (
+                        Query(
+                            rate("step_errors", "model, version, step"),
+                            "{{model}} v{{version}} {{step}}",
+                        ),
+                    ),
+                    unit="ops",
+                    width=12,
+                ),
+            ),
+        ),
+        Section(
             "Prediction log",
             (
                 Panel(

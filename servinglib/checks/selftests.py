@@ -5,15 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servinglib.checks.serving import ServingCheck, run_serving_checks
+from servinglib.compose.calls import LaneCaller
 from servinglib.config import ServiceConfig
 from servinglib.registry import ModelRegistry, VersionRecord, VersionState
+from servinglib.service import InferenceService
 
 __all__ = ["SelftestRun", "run_all_selftests", "run_selftest_suite"]
 
 
 def run_all_selftests(config: ServiceConfig) -> list[VersionRecord]:
-    """Load and self-test every version of every model, as a worker would."""
-    registry = ModelRegistry(config)
+    """Load and self-test every version of every model, as a worker would.
+
+    Composed models call their members through a service's lanes, as in a worker; those
+    stay open (idle threads) so the loaded versions can still answer afterwards.
+    """
+    caller = LaneCaller(threads=config.server.threads)
+    registry = ModelRegistry(config, caller=caller)
+    caller.bind(InferenceService(registry))
     registry.load_all()
     return [record for name in registry.model_names() for record in registry.records(name)]
 

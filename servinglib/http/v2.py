@@ -88,17 +88,19 @@ def model_config(model: str, version: str | None = None) -> Response:
     """Triton model configuration JSON, so Triton's client tools can drive the model."""
     service = _service()
     record = service.registry.get(model, version)
-    return jsonify(
-        triton_model_config(
-            model,
-            record.instance,
-            record.instance.inputs,
-            record.instance.outputs,
-            service.registry.model_config(model).batching,
-            [r.version for r in service.registry.records(model)],
-            service.registry.default_version(model),
-        )
+    config = triton_model_config(
+        model,
+        record.instance,
+        record.instance.inputs,
+        record.instance.outputs,
+        service.registry.model_config(model).batching,
+        [r.version for r in service.registry.records(model)],
+        service.registry.default_version(model),
     )
+    scheduling = getattr(record.instance, "ensemble_scheduling", None)
+    if callable(scheduling):  # Triton's tools read a composed model as an ensemble
+        config.update(platform="ensemble", backend="", ensemble_scheduling=scheduling())
+    return jsonify(config)
 
 
 @v2_blueprint.post("/repository/index")

@@ -79,6 +79,23 @@ _DIFFERENCE_BUCKETS = (
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
+        "step_duration",
+        "histogram",
+        "servinglib_step_duration_seconds",
+        "Time one step (pipeline step or ensemble member) of a composed model took, in "
+        "seconds, through the called model's own lane (its batcher and queue included).",
+        ("model", "version", "step"),
+        buckets=_LATENCY_BUCKETS,
+    ),
+    MetricSpec(
+        "step_errors",
+        "counter",
+        "servinglib_step_errors_total",
+        "Steps of a composed model that failed or could not start in the remaining deadline; "
+        "an ensemble answering from the rest counts its failed members here.",
+        ("model", "version", "step"),
+    ),
+    MetricSpec(
         "requests",
         "counter",
         "servinglib_requests_total",
@@ -409,6 +426,13 @@ class ServingMetrics:
     def queue_depth(self, model: str, version: str, depth: int) -> None:
         """Set the current queue depth."""
         self._child("queue_depth_gauge", model, version).set(depth)
+
+    # StepListener
+    def step_finished(self, model: str, version: str, step: str, seconds: float, ok: bool) -> None:
+        """Observe one step of a composed model; count it when it failed."""
+        self._child("step_duration", model, version, step).observe(seconds)
+        if not ok:
+            self._child("step_errors", model, version, step).inc()
 
     # prediction log
     def prediction_log_dropped(self, count: int) -> None:

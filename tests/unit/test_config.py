@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from servinglib.compose.spec import EnsembleVersion, Member
 from servinglib.config import (
     AdminConfig,
     BatchPolicy,
@@ -141,6 +142,7 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
 
 # Where each object of the JSON Schema lands: its properties' defaults (documentation for
 # editors and the generated reference) must be the dataclass's, which are the ones applied.
+ENSEMBLE = ("$defs", "model", "properties", "ensemble")
 SCHEMA_OBJECTS: list[tuple[tuple[str, ...], type]] = [
     (("properties", "server"), ServerConfig),
     (("properties", "shadow_executor"), ShadowExecutorConfig),
@@ -150,6 +152,8 @@ SCHEMA_OBJECTS: list[tuple[tuple[str, ...], type]] = [
     (("$defs", "model", "properties", "batching"), BatchPolicy),
     (("$defs", "prediction_log"), PredictionLogConfig),
     (("$defs", "comparator"), ComparatorConfig),
+    ((*ENSEMBLE, "additionalProperties"), EnsembleVersion),
+    ((*ENSEMBLE, "additionalProperties", "properties", "members", "items"), Member),
 ]
 
 

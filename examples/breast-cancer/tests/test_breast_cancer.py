@@ -153,3 +153,11 @@ def test_training_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[
             for key in ("mean", "scale", "coef", "intercept"):
                 np.testing.assert_allclose(new[key], old[key], rtol=1e-6, atol=1e-9)
     assert json.loads(request.read_text()) == json.loads((EXAMPLE / "request.json").read_text())
+
+
+@pytest.mark.usefixtures("own_models_package")
+def test_the_ensemble_of_both_versions_passes_its_self_tests() -> None:
+    records = run_all_selftests(load_config(EXAMPLE / "servinglib.yaml"))
+    ensemble = next(r for r in records if r.model == "breast-cancer-ensemble")
+    assert ensemble.state is VersionState.READY, ensemble.reason
+    assert len(ensemble.report.cases) == 3

@@ -1,0 +1,152 @@
+"""Calls a composed model's steps through the service: each step in its model's own lane.
+
+:class:`LaneCaller` is handed to every model as ``ModelSettings.caller`` before the
+service exists; the worker binds it to the service before any model loads. A step's call
+is an :class:`~servinglib.service.InferenceRequest` of the member model, so its batcher,
+instances, admission checks, metrics and deadline apply; its budget is what remains of the
+composed request's deadline, and a step whose usual duration no longer fits never starts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+
+from servinglib._importing import import_object
+from servinglib.errors import (
+    DeadlineExceededError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    VersionNotFoundError,
+)
+from servinglib.service import InferenceRequest, InferenceService
+
+__all__ = ["LaneCaller", "StepListener"]
+
+_SMOOTHING = 0.1  # weight of the newest call in a step's moving-average duration
+
+
+class StepListener(Protocol):
+    """Told about every step a composed model ran; the metrics layer implements it."""
+
+    def step_finished(self, model: str, version: str, step: str, seconds: float, ok: bool) -> None:
+        """One step of ``model`` ``version`` answered (``ok``) or failed after ``seconds``."""
+
+
+class LaneCaller:
+    """The :class:`~servinglib.model.ModelCaller` of a worker.
+
+    Example::
+
+        caller = LaneCaller()
+        registry = ModelRegistry(config, caller=caller)
+        caller.bind(InferenceService(registry))
+        registry.load_all()
+    """
+
+    def __init__(
+        self,
+        listener: StepListener | None = None,
+        threads: int = 8,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._service: InferenceService | None = None
+        self._listener = listener
+        self._clock = clock
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._usual_s: dict[tuple[str, str, str], float] = {}
+
+    def bind(self, service: InferenceService) -> None:
+        """Call members through ``service`` (once, before models load)."""
+        self._service = service
+
+    def call(
+        self,
+        model: str,
+        version: str | None,
+        inputs: Any,
+        *,
+        owner: tuple[str, str, str],
+        deadline: float | None,
+    ) -> Any:
+        """Answer ``inputs`` with ``model`` (``version``) through its lane, by ``deadline``.
+
+        Raises:
+            DeadlineExceededError: the remaining budget cannot cover the step's usual duration.
+            ServinglibError: whatever the member's lane raised.
+        """
+        if self._service is None:
+            raise RuntimeError("LaneCaller.bind(service) must run before models load")
+        timeout_ms = None
+        if deadline is not None:
+            remaining = deadline - self._clock()
+            usual = self._usual_s.get(owner, 0.0)
+            if remaining <= usual:
+                raise DeadlineExceededError(
+                    f"step {owner[2]!r} of model {owner[0]!r} version {owner[1]!r} usually takes "
+                    f"{usual * 1000:.1f} ms and {max(remaining, 0) * 1000:.1f} ms were left; "
+                    "raise the composed model's deadline_ms or the caller's timeout"
+                )
+            timeout_ms = remaining * 1000
+        request = InferenceRequest(
+            model, inputs, version=version, tensors=_are_tensors(inputs), timeout_ms=timeout_ms
+        )
+        started = self._clock()
+        ok = False
+        try:
+            output = self._service.infer(request).output
+            ok = True
+            return output
+        finally:
+            seconds = self._clock() - started
+            if ok:
+                usual = self._usual_s.get(owner, seconds)
+                self._usual_s[owner] = usual + _SMOOTHING * (seconds - usual)
+            if self._listener is not None:
+                self._listener.step_finished(*owner, seconds, ok)
+
+    def check_ready(self, model: str, version: str | None, step: str) -> None:
+        """Raise ModelLoadError naming ``step`` unless ``model`` (``version``) is READY."""
+        if self._service is None:
+            raise RuntimeError("LaneCaller.bind(service) must run before models load")
+        try:
+            self._service.registry.get(model, version)
+        except (ModelNotReadyError, VersionNotFoundError, ModelNotFoundError) as e:
+            raise ModelLoadError(f"step {step!r} cannot run: {e}") from e
+
+    def submit(self, work: Callable[[], Any]) -> Future[Any]:
+        """Run ``work`` on the caller's threads (steps that run beside another)."""
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._threads, "servinglib-step")
+        return self._pool.submit(work)
+
+    def import_object(self, ref: str) -> object:
+        """Import ``module:name`` the way model classes are imported (custom combiners)."""
+        if self._service is None:
+            raise RuntimeError("LaneCaller.bind(service) must run before models load")
+        config = self._service.registry.config
+        return import_object(ref, config.root, config.python_path)
+
+    def close(self) -> None:
+        """Stop the step threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _are_tensors(inputs: Any) -> bool:
+    """Decoded Open Inference tensors (checked against the member's declared inputs)."""
+    return (
+        isinstance(inputs, Mapping)
+        and bool(inputs)
+        and all(isinstance(v, np.ndarray) for v in inputs.values())
+    )

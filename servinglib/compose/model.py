@@ -1,0 +1,219 @@
+"""The Model the registry loads for each version of a composed model.
+
+``load()`` checks that every model a version calls is READY in its pinned version (a
+member that failed its self-tests fails this version, naming the member); ``predict()``
+runs the steps through :class:`~servinglib.model.ModelCaller`, each wave of independent
+steps at once, within the request's deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+from servinglib.compose.combiners import combine
+from servinglib.compose.order import step_order
+from servinglib.compose.spec import (
+    REQUEST,
+    Composition,
+    EnsembleVersion,
+    PipelineVersion,
+    Reference,
+    Step,
+)
+from servinglib.errors import (
+    DeadlineExceededError,
+    InvalidInputError,
+    ModelLoadError,
+    ServinglibError,
+)
+from servinglib.model import REQUEST_DEADLINE, Model, ModelCaller
+
+__all__ = ["ComposedModel", "StepOutputError"]
+
+log = logging.getLogger("servinglib.compose")
+
+
+class StepOutputError(ServinglibError):
+    """A step answered something the next step or the answer cannot read."""
+
+
+class ComposedModel(Model):
+    """One version of a ``pipeline:`` or ``ensemble:`` model."""
+
+    platform = "ensemble"  # what Triton calls every composed model
+    composition: Composition
+    spec: PipelineVersion | EnsembleVersion
+
+    def load(self, path: Path) -> None:
+        """Take this version's spec and check that every model it calls is READY."""
+        composition = self.settings.composition
+        if not isinstance(composition, Composition) or self.settings.caller is None:
+            raise ModelLoadError(
+                "ComposedModel serves `pipeline:`/`ensemble:` entries only; use class: for yours"
+            )
+        self.composition = composition
+        self.spec = composition.versions[self.settings.version]
+        self._caller: ModelCaller = self.settings.caller
+        self._waves = step_order(self.spec.steps)
+        self._combiner: Callable[..., Any] | None = None
+        if isinstance(self.spec, EnsembleVersion) and self.spec.function is not None:
+            function = self._caller.import_object(self.spec.function)
+            if not callable(function):
+                raise ModelLoadError(
+                    f"combiner function {self.spec.function!r} is not callable; point "
+                    "`function` at a function of (answers, weights)"
+                )
+            self._combiner = function
+        for step in self.spec.steps:
+            self._caller.check_ready(step.model, step.version, step.name)
+
+    def ensemble_scheduling(self) -> dict[str, Any]:
+        """Triton's ``ensemble_scheduling`` for this version (``/v2/models/{m}/config``)."""
+        answer = self.spec.outputs if isinstance(self.spec, PipelineVersion) else {}
+        final = (
+            {str(ref): name for name, ref in answer.items()} if isinstance(answer, Mapping) else {}
+        )
+        read = {
+            str(ref)
+            for step in self.spec.steps
+            for ref in (step.inputs or {}).values()
+            if ref.source != REQUEST and ref.field is not None
+        }
+        steps = []
+        for step in self.spec.steps:
+            inputs = {name: _tensor_name(ref) for name, ref in (step.inputs or {}).items()}
+            outputs = {
+                key.partition(".")[2]: final.get(key, key)
+                for key in sorted(read | set(final))
+                if key.startswith(step.name + ".")
+            }
+            steps.append(
+                {
+                    "model_name": step.model,
+                    "model_version": int(step.version)
+                    if step.version is not None and step.version.isdigit()
+                    else -1,
+                    "input_map": inputs,
+                    "output_map": outputs,
+                }
+            )
+        return {"step": steps}
+
+    def predict(self, features: Any) -> Any:
+        """Run the steps (or members) and build the answer."""
+        deadline = REQUEST_DEADLINE.get()
+        if isinstance(self.spec, EnsembleVersion):
+            return self._ensemble(self.spec, features, deadline)
+        results: dict[str, Any] = {REQUEST: features}
+        for wave in self._waves:
+            calls = [self._step_call(step, results, deadline) for step in wave]
+            for step, outcome in zip(wave, self._run(calls, deadline, wave), strict=True):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                results[step.name] = outcome
+        outputs = self.spec.outputs
+        if isinstance(outputs, Reference):
+            return _read(outputs, results, "the answer")
+        return {name: _read(ref, results, "the answer") for name, ref in outputs.items()}
+
+    def _step_call(
+        self, step: Step, results: Mapping[str, Any], deadline: float | None
+    ) -> Callable[[], Any]:
+        if step.inputs is None:
+            inputs = results[REQUEST]
+        else:
+            inputs = {name: _read(ref, results, step.name) for name, ref in step.inputs.items()}
+        owner = (self.settings.name, self.settings.version, step.name)
+
+        def call() -> Any:
+            return self._caller.call(
+                step.model, step.version, inputs, owner=owner, deadline=deadline
+            )
+
+        return call
+
+    def _run(
+        self, calls: list[Callable[[], Any]], deadline: float | None, steps: list[Step]
+    ) -> list[Any]:
+        """Run ``calls`` at once (the first on this thread): answers, or the errors raised."""
+        futures: list[Future[Any]] = [self._caller.submit(c) for c in calls[1:]]
+        outcomes: list[Any] = []
+        try:
+            outcomes.append(calls[0]())
+        except Exception as e:
+            outcomes.append(e)
+        for future, step in zip(futures, steps[1:], strict=True):
+            try:
+                outcomes.append(future.result(timeout=_remaining(deadline)))
+            except FutureTimeout:
+                future.cancel()
+                outcomes.append(
+                    DeadlineExceededError(
+                        f"step {step.name!r} (model {step.model!r}) did not answer within the "
+                        "request deadline"
+                    )
+                )
+            except Exception as e:
+                outcomes.append(e)
+        return outcomes
+
+    def _ensemble(self, spec: EnsembleVersion, features: Any, deadline: float | None) -> Any:
+        steps = list(spec.steps)
+        calls = [self._step_call(step, {REQUEST: features}, deadline) for step in steps]
+        outcomes = self._run(calls, deadline, steps)
+        answers, weights, failed = [], [], []
+        for member, outcome in zip(spec.members, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failed.append((member.name, outcome))
+            else:
+                answers.append(outcome)
+                weights.append(member.weight)
+        if failed and (spec.on_member_failure == "fail" or len(answers) < spec.min_members):
+            raise failed[0][1]
+        if failed:
+            log.warning(
+                "model %r version %r answered without member(s) %s",
+                self.settings.name,
+                self.settings.version,
+                [name for name, _ in failed],
+            )
+        if self._combiner is not None:
+            return self._combiner(answers, weights)
+        return combine(spec.combiner, answers, weights)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(0.0, deadline - time.monotonic())
+
+
+def _tensor_name(ref: Reference) -> str:
+    """The request's own inputs keep their names; step outputs are ``step.output``."""
+    if ref.source == REQUEST:
+        return ref.field or REQUEST
+    return str(ref)
+
+
+def _read(ref: Reference, results: Mapping[str, Any], reader: str) -> Any:
+    value = results[ref.source]
+    if ref.field is None:
+        return value
+    if isinstance(value, Mapping) and ref.field in value:
+        return value[ref.field]
+    if ref.source == REQUEST:
+        raise InvalidInputError(
+            f"the request has no {ref.field!r}, which {reader!r} reads; send it",
+            field=ref.field,
+        )
+    has = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+    raise StepOutputError(
+        f"{reader!r} reads {str(ref)!r} but step {ref.source!r} answered {has}; map an output "
+        "the step's model returns"
+    )

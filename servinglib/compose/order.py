@@ -1,0 +1,59 @@
+"""In what order things run: a version's steps in waves, and models members first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from servinglib.compose.spec import Composition, Step
+
+__all__ = ["load_order", "step_order"]
+
+
+class _Composable(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def composition(self) -> Composition | None: ...
+
+
+M = TypeVar("M", bound=_Composable)
+
+
+def step_order(steps: Sequence[Step]) -> list[list[Step]]:
+    """Steps in waves: each wave needs only earlier waves (its steps can run at once).
+
+    Raises:
+        ValueError: the steps form a cycle; the message names the steps in it.
+    """
+    done: set[str] = set()
+    left = list(steps)
+    waves: list[list[Step]] = []
+    while left:
+        wave = [s for s in left if s.sources() <= done]
+        if not wave:
+            names = ", ".join(repr(s.name) for s in left)
+            raise ValueError(f"steps {names} wait for each other (a cycle)")
+        waves.append(wave)
+        done |= {s.name for s in wave}
+        left = [s for s in left if s.name not in done]
+    return waves
+
+
+def _calls(model: _Composable) -> set[str]:
+    if model.composition is None:
+        return set()
+    return {step.model for spec in model.composition.versions.values() for step in spec.steps}
+
+
+def load_order(models: Sequence[M]) -> list[M]:
+    """Plain models in their order, then composed ones, each after the models it calls."""
+    order = [m for m in models if m.composition is None]
+    placed = {m.name for m in order}
+    left = [m for m in models if m.composition is not None]
+    while left:
+        ready = [m for m in left if _calls(m) <= placed] or left  # a cycle: config refuses it
+        order.append(ready[0])
+        placed.add(ready[0].name)
+        left.remove(ready[0])
+    return order

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -38,13 +39,20 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servinglib.config import BatchPolicy
-from servinglib.errors import DeadlineExceededError, OverloadedError, ServinglibError
+from servinglib.errors import (
+    DeadlineExceededError,
+    ModelNotReadyError,
+    OverloadedError,
+    ServinglibError,
+)
 
 __all__ = ["Arrival", "BatchFunction", "BatchListener", "DynamicBatcher"]
 
 log = logging.getLogger("servinglib.batching")
 
 BatchFunction = Callable[[list[Any]], Sequence[Any]]
+
+_SMOOTHING = 0.1  # weight of the newest batch in the moving average of batch durations
 
 
 class BatchListener(Protocol):
@@ -124,6 +132,9 @@ class DynamicBatcher:
         self._last_size = 0  # requests in the previous batch, and when it was dispatched
         self._last_dispatch = float("-inf")
         self._inline = False  # a lone request running on its caller's thread, on runner 0
+        self._busy: dict[int, tuple[float, float]] = {}  # runner -> (started, latest deadline)
+        self._lost: set[int] = set()  # runners stuck in a call far past its deadline
+        self._batch_s = 0.0  # moving average of a batch's duration
         self._threads = [
             threading.Thread(
                 target=self._loop,
@@ -187,6 +198,15 @@ class DynamicBatcher:
                     f"model {self._name[0]!r} version {self._name[1]!r} has {self._size} requests "
                     f"queued (max_queue_size); retry later"
                 )
+            if len(self._lost) == len(self._runners):
+                raise ModelNotReadyError(
+                    self._name[0], self._name[1], "WEDGED", "every thread is stuck in predict()"
+                )
+            if deadline is not None and self._size and self._clock() + self._wait_s() > deadline:
+                raise OverloadedError(
+                    f"model {self._name[0]!r} version {self._name[1]!r} cannot start this "
+                    f"request within its deadline ({self._size} queued); retry later"
+                )
             if arrival is not None and arrival.pending:
                 arrival.pending = False
                 self._incoming -= 1
@@ -198,6 +218,34 @@ class DynamicBatcher:
         if self._listener:
             self._listener.queue_depth(*self._name, depth)
         return future
+
+    def _wait_s(self) -> float:
+        """Expected wait before a request joining the queue now starts (lock held)."""
+        working = max(1, len(self._runners) - len(self._lost))
+        rounds = (self._size + 1) / (self.policy.max_batch_size * working)
+        return (math.ceil(rounds) - 1) * self._batch_s
+
+    # --- watchdog side -------------------------------------------------------------------
+    def newly_lost(self, margin_s: float) -> list[int]:
+        """Runners whose call outlived its deadline by ``margin_s``: now counted lost.
+
+        A lost runner comes back when its call returns; meanwhile the queue counts on the
+        others, and once every runner is lost the version refuses requests.
+        """
+        now = self._clock()
+        with self._lock:
+            lost = [
+                runner
+                for runner, (_, deadline) in self._busy.items()
+                if runner not in self._lost and now > deadline + margin_s
+            ]
+            self._lost.update(lost)
+        return lost
+
+    @property
+    def wedged(self) -> bool:
+        """Every runner is lost."""
+        return len(self._lost) == len(self._runners)
 
     # --- consumer side -------------------------------------------------------------------
     def _take(self, count: int) -> list[_Item]:
@@ -370,6 +418,10 @@ class DynamicBatcher:
             batch = self.next_batch(runner=runner)
             if batch is None:
                 return
+            started = self._clock()
+            deadlines = [item.deadline for item in batch if item.deadline is not None]
+            with self._lock:
+                self._busy[runner] = (started, max(deadlines, default=float("inf")))
             try:
                 self.run(batch, run_batch)
             except Exception:  # never let one batch kill the executor thread
@@ -377,15 +429,30 @@ class DynamicBatcher:
                 for item in batch:
                     if not item.future.done():
                         self._resolve(item, None, ServinglibError("internal batching error"))
+            finally:
+                with self._lock:
+                    del self._busy[runner]
+                    if runner in self._lost:
+                        self._lost.discard(runner)
+                        log.warning("model %r: a lost call returned", self._name[0])
+                    self._batch_s += _SMOOTHING * (self._clock() - started - self._batch_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Refuse new requests, run every queued one, stop the threads."""
+        """Refuse new requests, run every queued one, stop the threads.
+
+        Lost runners are not waited for; requests nobody can run any more fail with 503.
+        """
         with self._lock:
             self._closed = True
             self._ready.notify_all()
-        for thread in self._threads:
-            if thread.is_alive():
+            lost = set(self._lost)
+        for i, thread in enumerate(self._threads):
+            if thread.is_alive() and i not in lost:
                 thread.join(timeout_s)
+        with self._lock:
+            stranded = self._take(self._size)
+        for item in stranded:
+            _settle(item, None, OverloadedError(f"model {self._name[0]!r} is shutting down"))
 
     @property
     def depth(self) -> int:

@@ -57,6 +57,10 @@ class ServerConfig:
     timeout_s: int = 30
     keepalive_s: int = 75
     graceful_timeout_s: int = 30
+    watchdog_margin_s: float = 5.0
+    max_requests: int = 0
+    max_requests_jitter: int = 0
+    max_rss_mb: int = 0
     max_request_body_bytes: int = 8 * 1024 * 1024
     max_json_depth: int = 64
     max_tensor_elements: int = 16 * 1024 * 1024

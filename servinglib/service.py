@@ -10,16 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from servinglib.batching import BatchListener
+from servinglib.batching import BatchListener, DynamicBatcher
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -28,7 +26,6 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.lanes import Lane, RejectionListener
-from servinglib.model import Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 
 __all__ = [
@@ -140,8 +137,6 @@ class InferenceService:
         self._clock = clock
         self._recorder = recorder
         self._shadows = shadows if shadows is not None and shadows.enabled else None
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
         self._lanes = {
             name: Lane(registry, registry.model_config(name), listener, batch_listener, clock)
             for name in registry.model_names()
@@ -162,7 +157,7 @@ class InferenceService:
     def infer(
         self, request: InferenceRequest, after_response: list[Callable[[], None]] | None = None
     ) -> Prediction:
-        """Answer ``request``; the model may run on the calling thread.
+        """Answer ``request``; the calling thread waits for the version's executor.
 
         With ``after_response``, work that must not delay the answer (shadow copies) is
         appended there for the caller to run once the response is sent; without it, it is
@@ -192,10 +187,10 @@ class InferenceService:
     ) -> Prediction:
         """:meth:`infer` for an event loop: never blocks it while the model runs.
 
-        Batched versions queue the request and await the batch; unbatched ones run on the
-        service's thread pool (``server.threads`` threads), or on the loop itself while
-        their calls stay quicker than a thread hop (:meth:`Lane.quick`). Same errors as
-        :meth:`infer`.
+        Every version queues the request on its own executor (its batcher, or its copies'
+        threads) and the loop awaits the answer until the deadline; a shared unbatched
+        model runs on the loop itself while its calls stay quicker than a thread hop
+        (:meth:`Lane.quick`). Same errors as :meth:`infer`.
         """
         lane, ready, deadline = self._admit(request)
         started = time.perf_counter()
@@ -238,17 +233,16 @@ class InferenceService:
     ) -> tuple[bool, Any]:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
-        ``blocking``: the caller's thread may run the model (a WSGI thread); an event loop
-        passes False and gets a future for every call.
+        Every call runs on the version's own executor, so the caller can answer 504 at the
+        deadline whether or not the call started. The one exception: an event loop runs a
+        shared unbatched model itself while its calls stay quicker than a thread hop.
         """
         instance, features = ready.instance, request.inputs
         executor = lane.executor(ready)
-        if executor is None:
-            if blocking or lane.quick():  # a quick model costs less than the thread hop
-                return True, lane.timed(_prepare_and_predict, instance, features, deadline)
-            return False, self._thread_pool().submit(
-                lane.timed, _prepare_and_predict, instance, features, deadline
-            )
+        if not blocking and lane.shared() and lane.quick():
+            payload = instance.prepare(features)
+            self._check_deadline(deadline)
+            return True, lane.timed(instance, payload)
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
             payload = instance.prepare(features)  # validated before it joins a batch
             self._check_deadline(deadline)
@@ -256,11 +250,6 @@ class InferenceService:
         with executor.incoming() as arrival:  # lets the batcher wait for it
             payload = instance.prepare(features)
             self._check_deadline(deadline)
-            done, output = executor.run_inline(payload, arrival)  # batcher idle?
-            if done:
-                if self._clock() > deadline:
-                    raise _late(ready)  # as late as a queued request would be
-                return True, output
             return False, executor.submit(
                 payload, priority=request.priority, deadline=deadline, arrival=arrival
             )
@@ -318,16 +307,24 @@ class InferenceService:
                 after_response.append(copy)
         return Prediction(ready.model, ready.version, output, elapsed)
 
-    def _thread_pool(self) -> ThreadPoolExecutor:
-        """Threads for unbatched model calls made from an event loop (created on first use)."""
-        if self._pool is None:
-            with self._pool_lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(
-                        max_workers=self.registry.config.server.threads,
-                        thread_name_prefix="servinglib-predict",
-                    )
-        return self._pool
+    def is_ready(self) -> bool:
+        """Every default version is READY and has a working thread."""
+        return self.registry.is_ready() and not self.wedged()
+
+    def wedged(self) -> list[tuple[str, str]]:
+        """``(model, version)`` of every version whose threads are all stuck in a call."""
+        return [
+            (name, version)
+            for name, lane in self._lanes.items()
+            for version, executor in lane.executors()
+            if executor.wedged
+        ]
+
+    def executors(self) -> Iterator[tuple[str, str, DynamicBatcher]]:
+        """``(model, version, executor)`` of every executor started so far."""
+        for name, lane in self._lanes.items():
+            for version, executor in lane.executors():
+                yield name, version, executor
 
     def release(self, model: str, version: str) -> None:
         """Stop the batcher of an unloaded version (its queued requests finish first)."""
@@ -336,11 +333,8 @@ class InferenceService:
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Finish every queued request and stop the batcher threads."""
-        for lane in self._lanes.values():
-            for executor in lane.executors():
-                executor.close(timeout_s)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        for _, _, executor in self.executors():
+            executor.close(timeout_s)
 
 
 def run_followups(followups: list[Callable[[], None]]) -> None:
@@ -350,16 +344,6 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
             followup()
         except Exception:
             log.exception("work deferred until after the response failed")
-
-
-def _prepare_and_predict(
-    instance: Model, features: Any, deadline: float, clock: Callable[[], float]
-) -> Any:
-    """An unbatched call: the deadline is checked once the input is ready."""
-    payload = instance.prepare(features)
-    if clock() >= deadline:
-        raise DeadlineExceededError("the request deadline passed before the model ran")
-    return instance.predict(payload)
 
 
 def _late(ready: ReadyVersion) -> DeadlineExceededError:

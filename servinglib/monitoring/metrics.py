@@ -78,6 +78,22 @@ _DIFFERENCE_BUCKETS = (
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec(
+        "lost_calls",
+        "counter",
+        "servinglib_lost_calls_total",
+        "Model calls that outlived their deadline by server.watchdog_margin_s; each holds "
+        "a thread of its version until it returns.",
+        ("model", "version"),
+    ),
+    MetricSpec(
+        "resident_memory",
+        "gauge",
+        "servinglib_worker_resident_memory_bytes",
+        "Resident memory of each live worker process, in bytes (label pid).",
+        ("pid",),
+        "liveall",
+    ),
+    MetricSpec(
         "requests",
         "counter",
         "servinglib_requests_total",
@@ -373,6 +389,14 @@ class ServingMetrics:
     def queue_depth(self, model: str, version: str, depth: int) -> None:
         """Set the current queue depth."""
         self._child("queue_depth_gauge", model, version).set(depth)
+
+    def call_lost(self, model: str, version: str) -> None:
+        """Count a call the watchdog gave up on."""
+        self._child("lost_calls", model, version).inc()
+
+    def resident_memory_bytes(self, pid: int, rss: int) -> None:
+        """Set this worker's resident memory."""
+        self._child("resident_memory", str(pid)).set(rss)
 
     # prediction log
     def prediction_log_dropped(self, count: int) -> None:

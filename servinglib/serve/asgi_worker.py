@@ -9,6 +9,7 @@ connection. After fork the worker builds its :class:`~servinglib.worker.Worker` 
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 from typing import Any, ClassVar
@@ -55,8 +56,21 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         assert balance is not None
         balance.join()  # only now: a worker still loading its models must not attract clients
         self.wsgi = create_asgi_app(
-            serving.service, serving.metrics, serving.config.server, close_when=balance.crowded
+            serving.service,
+            serving.metrics,
+            serving.config.server,
+            close_when=balance.crowded,
+            liveness=serving.is_live,
         )
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """SIGQUIT (the master sends it on SIGINT): drain like SIGTERM.
+
+        uvicorn-worker routes SIGQUIT here, where gunicorn only clears ``alive``, which the
+        event loop never reads: the worker kept serving until the master killed it.
+        """
+        super().handle_exit(sig, frame)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     async def _serve(self) -> None:
         # uvicorn re-raises SIGTERM/SIGINT once its graceful shutdown is done; with the

@@ -34,6 +34,8 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "timeout": server.timeout_s,
         "graceful_timeout": server.graceful_timeout_s,
         "keepalive": server.keepalive_s,
+        "max_requests": server.max_requests,
+        "max_requests_jitter": server.max_requests_jitter,
         "limit_request_field_size": server.max_header_bytes,
         "limit_request_fields": server.max_headers,
         "control_socket_disable": True,  # the admin API is servinglib's: loopback + token

@@ -202,9 +202,13 @@ class DynamicBatcher:
                 raise ModelNotReadyError(
                     self._name[0], self._name[1], "WEDGED", "every thread is stuck in predict()"
                 )
-            if deadline is not None and self._size and self._clock() + self._wait_s() > deadline:
+            if (
+                deadline is not None
+                and (self._size or self._busy)
+                and self._clock() + self._finish_s() > deadline
+            ):
                 raise OverloadedError(
-                    f"model {self._name[0]!r} version {self._name[1]!r} cannot start this "
+                    f"model {self._name[0]!r} version {self._name[1]!r} cannot answer this "
                     f"request within its deadline ({self._size} queued); retry later"
                 )
             if arrival is not None and arrival.pending:
@@ -219,11 +223,15 @@ class DynamicBatcher:
             self._listener.queue_depth(*self._name, depth)
         return future
 
-    def _wait_s(self) -> float:
-        """Expected wait before a request joining the queue now starts (lock held)."""
+    def _finish_s(self) -> float:
+        """Expected time until a request joining the queue now is answered (lock held).
+
+        The batches queued ahead, one more while every runner is busy, and its own.
+        """
         working = max(1, len(self._runners) - len(self._lost))
-        rounds = (self._size + 1) / (self.policy.max_batch_size * working)
-        return (math.ceil(rounds) - 1) * self._batch_s
+        rounds = math.ceil((self._size + 1) / (self.policy.max_batch_size * working))
+        busy = len(self._busy) + self._inline >= working
+        return (rounds + busy) * self._batch_s
 
     # --- watchdog side -------------------------------------------------------------------
     def newly_lost(self, margin_s: float) -> list[int]:

@@ -15,13 +15,16 @@ next requests within a moment, and dispatching the first of them alone would spl
 round into a batch of one and a batch of the rest. It forgets the previous batch after
 ten queue delays without one, so a lone request after a quiet spell never waits.
 
-A lone request that finds the batcher idle (nothing queued, running or on its way) runs on
-its caller's thread instead (:meth:`DynamicBatcher.run_inline`), which saves two thread
-switches; model copy 0 stays exclusive, its executor thread waits meanwhile.
+Calls always run on the executor threads, never on the caller's, so the caller can answer
+504 at the deadline whether or not the call started.
 
-The queue is bounded: a full queue refuses at once (503 + Retry-After upstream). A request
-whose deadline passed while it queued is not run. When a batch raises, it is bisected so
-that only the poison input fails: Triton, MLServer and Ray Serve fail the whole batch.
+The queue is bounded: a full queue refuses at once (503 + Retry-After upstream), and so
+does a request the queue cannot answer before its deadline (the batches ahead at the
+moving average batch duration). A request whose deadline passed while it queued is not
+run. A watchdog (:mod:`servinglib.watchdog`) asks :meth:`DynamicBatcher.newly_lost` for
+runners stuck far past their deadline; once every runner is lost the version refuses.
+When a batch raises, it is bisected so that only the poison input fails: Triton, MLServer
+and Ray Serve fail the whole batch.
 """
 
 from __future__ import annotations
@@ -131,7 +134,6 @@ class DynamicBatcher:
         self._running = 0  # batches being run by executor threads
         self._last_size = 0  # requests in the previous batch, and when it was dispatched
         self._last_dispatch = float("-inf")
-        self._inline = False  # a lone request running on its caller's thread, on runner 0
         self._busy: dict[int, tuple[float, float]] = {}  # runner -> (started, latest deadline)
         self._lost: set[int] = set()  # runners stuck in a call far past its deadline
         self._batch_s = 0.0  # moving average of a batch's duration
@@ -230,7 +232,7 @@ class DynamicBatcher:
         """
         working = max(1, len(self._runners) - len(self._lost))
         rounds = math.ceil((self._size + 1) / (self.policy.max_batch_size * working))
-        busy = len(self._busy) + self._inline >= working
+        busy = len(self._busy) >= working
         return (rounds + busy) * self._batch_s
 
     # --- watchdog side -------------------------------------------------------------------
@@ -288,26 +290,22 @@ class DynamicBatcher:
             return n
         return None
 
-    def next_batch(self, timeout: float | None = None, runner: int = 0) -> list[_Item] | None:
-        """Block until a batch is due (None when closed and drained, or on ``timeout``).
-
-        ``runner``: the model copy the batch will run on; copy 0 waits while a lone request
-        runs on it inline (:meth:`run_inline`).
-        """
+    def next_batch(self, timeout: float | None = None) -> list[_Item] | None:
+        """Block until a batch is due (None when closed and drained, or on ``timeout``)."""
         with self._lock:
             waited_until = None if timeout is None else self._clock() + timeout
             while True:
-                count = None if (runner == 0 and self._inline) else self._batch_size_now()
+                count = self._batch_size_now()
                 if count is not None:
                     batch = self._take(count)
                     depth = self._size
                     self._running += 1
                     self._last_size, self._last_dispatch = len(batch), self._clock()
                     break
-                if self._closed and self._size == 0 and not self._inline:
+                if self._closed and self._size == 0:
                     return None
                 wait = None
-                if self._size and not (runner == 0 and self._inline):
+                if self._size:
                     wait = max(
                         0.0, self._oldest() + self.policy.max_queue_delay_us / 1e6 - self._clock()
                     )
@@ -321,49 +319,23 @@ class DynamicBatcher:
             self._listener.queue_depth(*self._name, depth)
         return batch
 
-    def run_inline(self, payload: Any, arrival: Arrival) -> tuple[bool, Any]:
-        """Run a lone request on the caller's thread when nothing else is queued or running.
-
-        Handing a lone request to an executor thread and waking the caller again costs two
-        thread switches, a quarter of a millisecond on a busy machine; when the batcher is
-        idle and nobody else is on the way, the caller runs it itself, on copy 0, which
-        stays exclusive. Returns ``(True, output)``, or ``(False, None)`` when the request
-        must be submitted instead. The model's exception propagates.
-        """
+    def run(self, batch: list[_Item], run_batch: BatchFunction, runner: int = 0) -> None:
+        """Run one batch from :meth:`next_batch` on ``runner``: skip expired requests,
+        isolate poison inputs, and time it (the watchdog and admission read the timings)."""
+        started = self._clock()
+        deadlines = [item.deadline for item in batch if item.deadline is not None]
         with self._lock:
-            idle = (
-                not self._closed
-                and not self._inline
-                and self._size == 0
-                and self._running == 0
-                and self._incoming == (1 if arrival.pending else 0)
-            )
-            if not idle:
-                return False, None
-            if arrival.pending:
-                arrival.pending = False
-                self._incoming -= 1
-            self._inline = True
-        try:
-            outputs = self._runners[0]([payload])
-            if len(outputs) != 1:
-                raise RuntimeError(f"predict_batch returned {len(outputs)} results for 1 input")
-        finally:
-            with self._lock:
-                self._inline = False
-                self._ready.notify_all()
-        if self._listener:
-            self._listener.request_queued(*self._name, 0.0)
-            self._listener.batch_executed(*self._name, 1)
-        return True, outputs[0]
-
-    def run(self, batch: list[_Item], run_batch: BatchFunction) -> None:
-        """Run one batch from :meth:`next_batch`: skip expired requests, isolate poison inputs."""
+            self._busy[runner] = (started, max(deadlines, default=float("inf")))
         try:
             self._run_batch(batch, run_batch)
         finally:
             with self._lock:
                 self._running -= 1
+                del self._busy[runner]
+                if runner in self._lost:
+                    self._lost.discard(runner)
+                    log.warning("model %r: a lost call returned", self._name[0])
+                self._batch_s += _SMOOTHING * (self._clock() - started - self._batch_s)
 
     def _run_batch(self, batch: list[_Item], run_batch: BatchFunction) -> None:
         now = self._clock()
@@ -423,27 +395,16 @@ class DynamicBatcher:
 
     def _loop(self, run_batch: BatchFunction, runner: int) -> None:
         while True:
-            batch = self.next_batch(runner=runner)
+            batch = self.next_batch()
             if batch is None:
                 return
-            started = self._clock()
-            deadlines = [item.deadline for item in batch if item.deadline is not None]
-            with self._lock:
-                self._busy[runner] = (started, max(deadlines, default=float("inf")))
             try:
-                self.run(batch, run_batch)
+                self.run(batch, run_batch, runner)
             except Exception:  # never let one batch kill the executor thread
                 log.exception("batch of model %r failed outside the model", self._name[0])
                 for item in batch:
                     if not item.future.done():
                         self._resolve(item, None, ServinglibError("internal batching error"))
-            finally:
-                with self._lock:
-                    del self._busy[runner]
-                    if runner in self._lost:
-                        self._lost.discard(runner)
-                        log.warning("model %r: a lost call returned", self._name[0])
-                    self._batch_s += _SMOOTHING * (self._clock() - started - self._batch_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Refuse new requests, run every queued one, stop the threads.

@@ -119,6 +119,8 @@ class PredictionLogConfig:
     url: str
     sample_rate: float = 1.0
     max_buffer: int = 10000
+    max_buffer_bytes: int = 64 << 20
+    max_record_bytes: int = 64 << 10
     batch_size: int = 200
     flush_interval_ms: int = 500
 

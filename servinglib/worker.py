@@ -82,6 +82,7 @@ def build_worker(
             open_sink(config.prediction_log.url),
             on_dropped=metrics.prediction_log_dropped,
             on_written=metrics.prediction_log_written,
+            on_truncated=metrics.prediction_log_truncated,
         )
     shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
     service = InferenceService(

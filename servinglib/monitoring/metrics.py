@@ -240,7 +240,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "prediction_log_records",
         "counter",
         "servinglib_prediction_log_records_total",
-        "Prediction-log records by outcome: written, or dropped (buffer full or sink down).",
+        "Prediction-log records by outcome: written, dropped (buffer full or sink down), or "
+        "truncated (features or output summarized: larger than max_record_bytes).",
         ("outcome",),
     ),
 )
@@ -402,6 +403,10 @@ class ServingMetrics:
     def prediction_log_dropped(self, count: int) -> None:
         """Count prediction-log records that could not be kept."""
         self._child("prediction_log_records", "dropped").inc(count)
+
+    def prediction_log_truncated(self, count: int) -> None:
+        """Count records kept with summarized features or output (over max_record_bytes)."""
+        self._child("prediction_log_records", "truncated").inc(count)
 
     def prediction_log_written(self, count: int) -> None:
         """Count prediction-log records written."""

@@ -155,3 +155,58 @@ def test_failing_load_promote_and_rollback_under_load_fail_no_request(
         client.rollback("scorer")
     with pytest.raises(ServinglibError, match="is the default version"):
         client.unload("scorer", "2")
+
+
+def test_workers_killed_between_admin_actions_converge_exactly(
+    tmp_path: Path, start_server: Any
+) -> None:
+    import os
+    import signal
+    import time
+
+    from tests.integration.test_hostile_traffic import all_workers
+
+    port = free_port()
+    server: LiveServer = start_server(
+        admin_service(tmp_path, port), "--workers", "2", env={"SERVINGLIB_ADMIN_TOKEN": TOKEN}
+    )
+    client = AdminClient(port, TOKEN)
+    actions = [
+        lambda: client.load("scorer", "1"),
+        lambda: client.promote("scorer", "1"),
+        lambda: client.unload("scorer", "2"),
+        lambda: client.load("scorer", "2"),
+        lambda: client.promote("scorer", "2"),
+        lambda: client.unload("scorer", "1"),
+    ]
+    for step, action in enumerate(actions):
+        revision = action()["revision"]
+        client.wait_converged(revision)
+        victim = min(all_workers(server, 2))
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while True:  # the replacement has joined and reported the same revision
+            workers = client.status()["workers"]
+            pids = {int(pid) for pid in workers}
+            applied = all(report.get("revision", -1) >= revision for report in workers.values())
+            if len(pids) == 2 and victim not in pids and applied:
+                break
+            assert time.monotonic() < deadline, f"step {step}: {json.dumps(workers)}"
+            time.sleep(0.1)
+        desired = client.status()["desired"]["models"]["scorer"]
+        seen = {
+            pid: (
+                report["models"]["scorer"]["default"],
+                sorted(
+                    v
+                    for v, s in report["models"]["scorer"]["versions"].items()
+                    if s["state"] == "READY"
+                ),
+            )
+            for pid, report in workers.items()
+        }
+        assert len(set(map(str, seen.values()))) == 1, f"step {step}: workers differ: {seen}"
+        default, versions = next(iter(seen.values()))
+        if desired.get("default"):
+            assert default == desired["default"], f"step {step}: {seen}"
+        assert not set(desired.get("unload", [])) & set(versions), f"step {step}: {seen}"

@@ -205,6 +205,28 @@ class InferenceService:
                     raise _late(ready) from None  # wait_for cancelled the queued request
         return self._answered(ready, request, value, started, after_response)
 
+    def call_version(self, model: str, version: str, features: Any, timeout_s: float) -> Any:
+        """Run ``features`` on a version's own executor at its lowest priority (shadows).
+
+        Raises:
+            DeadlineExceededError: no answer within ``timeout_s``.
+            OverloadedError, ModelNotReadyError: the version cannot take it now.
+        """
+        lane = self.lane(model)
+        ready = self.registry.get(model, version)
+        deadline = self._clock() + timeout_s
+        executor = lane.executor(ready)
+        future = executor.submit(
+            ready.instance.prepare(features),
+            priority=executor.policy.priority_levels - 1,
+            deadline=deadline,
+        )
+        try:
+            return future.result(timeout=self._remaining(deadline))
+        except FutureTimeout:
+            future.cancel()
+            raise _late(ready) from None
+
     def _admit(self, request: InferenceRequest) -> tuple[Lane, ReadyVersion, float]:
         """The one admission path: the lane, deadline and version, once the input passes."""
         lane = self.lane(request.model)

@@ -88,6 +88,7 @@ def build_worker(
     service = InferenceService(
         registry, listener=metrics, recorder=logger, shadows=shadows, batch_listener=metrics
     )
+    shadows.run_on = service.call_version  # shadow copies use the version's own threads
     watcher = None
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)

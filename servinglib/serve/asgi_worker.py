@@ -9,8 +9,10 @@ connection. After fork the worker builds its :class:`~servinglib.worker.Worker` 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, ClassVar
 
@@ -21,9 +23,10 @@ from uvicorn_worker import UvicornWorker
 from servinglib.http.app import create_asgi_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
+from servinglib.serve.settings import connection_cap
 from servinglib.worker import Worker
 
-__all__ = ["AsyncioWorker", "limited_protocol"]
+__all__ = ["AsyncioWorker", "ConnectionLimits", "limited_protocol"]
 
 
 class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
@@ -44,9 +47,6 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)  # runs in the master, before the fork
         if AsyncioWorker.balance is None:
             AsyncioWorker.balance = ConnectionBalance(slots=max(8, 2 * self.cfg.workers))
-        self.config.http = limited_protocol(
-            self.cfg.limit_request_field_size, self.cfg.limit_request_fields, AsyncioWorker.balance
-        )
 
     def load_wsgi(self) -> None:
         """Load every model (the worker), then build the event-loop app around it."""
@@ -55,6 +55,13 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         balance = AsyncioWorker.balance
         assert balance is not None
         balance.join()  # only now: a worker still loading its models must not attract clients
+        server = serving.config.server
+        self.config.http = limited_protocol(
+            self.cfg.limit_request_field_size,
+            self.cfg.limit_request_fields,
+            balance,
+            ConnectionLimits(server.header_timeout_s, connection_cap(server.max_connections)),
+        )
         self.wsgi = create_asgi_app(
             serving.service,
             serving.metrics,
@@ -89,18 +96,34 @@ def _already_stopping(signum: int, frame: FrameType | None) -> None:
     """The worker is shutting down already: let it finish its exit hooks."""
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a request head may take, and how many connections a worker keeps open."""
+
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
+
+
 def limited_protocol(
-    max_field_bytes: int, max_fields: int, balance: ConnectionBalance | None = None
+    max_field_bytes: int,
+    max_fields: int,
+    balance: ConnectionBalance | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> type[HttpToolsProtocol]:
     """httptools' protocol with gunicorn's header limits (``server.max_header_bytes``, ...).
 
-    It also counts the worker's open connections in ``balance``.
+    It also counts the worker's open connections in ``balance``, closes a connection whose
+    request head is not complete ``header_timeout_s`` after it opened (or after the head
+    began, on a kept-alive connection), and keeps at most ``max_connections`` open: a new
+    one beyond it closes the longest-open connection that has no request in progress (a
+    slow or idle client), or itself when every connection is busy.
 
     httptools itself accepts any number and size of header fields; this answers 431 and
     closes the connection when the request line or a field is longer than
     ``max_field_bytes``, when there are more than ``max_fields`` fields, or when the head
     grows past all of them together (so memory stays bounded while it arrives).
     """
+    bounds = limits or ConnectionLimits()
 
     class LimitedHttpToolsProtocol(HttpToolsProtocol):
         _max_head = (max_fields + 1) * (max_field_bytes + 4)
@@ -110,15 +133,44 @@ def limited_protocol(
         _url_bytes = 0
         _refused = False
 
+        _head_timer: asyncio.TimerHandle | None = None
+        _opened = 0.0
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if balance is not None:
                 balance.opened()
+            self._opened = self.loop.time()
+            self._head_timer = self.loop.call_later(bounds.header_timeout_s, self._head_late)
+            if len(self.connections) > bounds.max_connections:
+                self._make_room()
 
         def connection_lost(self, exc: Exception | None) -> None:
             if balance is not None:
                 balance.closed()
+            if self._head_timer is not None:
+                self._head_timer.cancel()
             super().connection_lost(exc)
+
+        def _idle(self) -> bool:
+            return self._reading_head and (self.cycle is None or self.cycle.response_complete)
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self._reading_head and not self.transport.is_closing():
+                self.transport.close()  # no request to answer: its head never arrived
+
+        def _make_room(self) -> None:
+            idle = [
+                c
+                for c in self.connections
+                if c is not self and isinstance(c, LimitedHttpToolsProtocol) and c._idle()
+            ]
+            if not idle:
+                self.transport.close()
+                return
+            oldest = min(idle, key=lambda c: c._opened)
+            oldest.transport.close()
 
         def data_received(self, data: bytes) -> None:
             if self._reading_head:
@@ -130,6 +182,8 @@ def limited_protocol(
 
         def on_message_begin(self) -> None:
             self._reading_head, self._head_bytes, self._fields, self._url_bytes = True, 0, 0, 0
+            if self._head_timer is None:  # a kept-alive connection's next request began
+                self._head_timer = self.loop.call_later(bounds.header_timeout_s, self._head_late)
             super().on_message_begin()
 
         def on_url(self, url: bytes) -> None:
@@ -152,6 +206,9 @@ def limited_protocol(
 
         def on_headers_complete(self) -> None:
             self._reading_head = False
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
             super().on_headers_complete()
 
         def send_400_response(self, msg: str) -> None:

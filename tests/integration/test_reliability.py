@@ -6,6 +6,7 @@ Each test runs ``servinglib serve --workers 2`` over the misbehaving fixture mod
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from collections import Counter
@@ -223,3 +224,56 @@ def test_a_signal_to_the_master_drains_and_loses_no_row(tmp_path: Path, signum: 
         logged = {row[0] for row in db.execute("SELECT request_id FROM predictions")}
     assert set(answered) <= logged, f"{len(set(answered) - logged)} answers have no row"
     assert set(failures) <= {"refused"}, failures
+
+
+def test_slowloris_and_idle_connections_leave_room_for_real_requests(tmp_path: Path) -> None:
+    import resource
+    import socket
+    import sys
+
+    from tests.conftest import launch, stop
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"this test opens 3,500 sockets; the file limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    config = reliability_service(tmp_path)
+    command = [
+        "bash",
+        "-c",
+        f"ulimit -n 1024 && exec {sys.executable} -m servinglib.cli serve --config {config} "
+        "--host 127.0.0.1 --workers 2",
+    ]
+    server = launch(config, tmp_path, command=command)
+    port = int(server.url.rsplit(":", 1)[1])
+    held: list[socket.socket] = []
+    try:
+        slow = []
+        for i in range(3500):  # 500 slowloris clients, then 3,000 that send nothing
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if i < 500:
+                sock.sendall(b"POST /infer HTTP/1.1\r\nHost: x\r\n")
+                slow.append(sock)
+            held.append(sock)
+        statuses: Counter[int] = Counter()
+        with requests.Session() as session:
+            for i in range(200):
+                if i % 20 == 0:  # the slowloris clients trickle on, one header byte each
+                    for sock in slow:
+                        with contextlib.suppress(OSError):  # closed by the server: fine
+                            sock.send(b"X")
+                try:
+                    response = session.post(
+                        f"{server.url}/infer",
+                        json={"model_id": "steady", "features": {}},
+                        headers={"Connection": "close"},
+                        timeout=10,
+                    )
+                    statuses[response.status_code] += 1
+                except requests.RequestException:
+                    statuses[0] += 1
+        assert statuses[200] >= 198, statuses  # >= 99 %
+    finally:
+        for sock in held:
+            sock.close()
+        stop(server.process)

@@ -32,7 +32,7 @@ class LostCallListener(Protocol):
     def call_lost(self, model: str, version: str) -> None:
         """A call of ``model`` ``version`` outlived its deadline by the margin."""
 
-    def resident_memory_bytes(self, pid: int, rss: int) -> None:
+    def resident_memory_bytes(self, rss: int) -> None:
         """The worker's resident memory now."""
 
 
@@ -87,7 +87,7 @@ class Watchdog:
                     self._listener.call_lost(model, version)
         rss = resident_memory_bytes()
         if self._listener is not None:
-            self._listener.resident_memory_bytes(os.getpid(), rss)
+            self._listener.resident_memory_bytes(rss)
         wedged = self._service.wedged()
         if wedged:
             self._retire(f"every thread of {wedged} is stuck in predict()")

@@ -89,8 +89,9 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "resident_memory",
         "gauge",
         "servinglib_worker_resident_memory_bytes",
-        "Resident memory of each live worker process, in bytes (label pid).",
-        ("pid",),
+        "Resident memory of each live worker process, in bytes (the pid label names it "
+        "under gunicorn).",
+        (),
         "liveall",
     ),
     MetricSpec(
@@ -395,9 +396,9 @@ class ServingMetrics:
         """Count a call the watchdog gave up on."""
         self._child("lost_calls", model, version).inc()
 
-    def resident_memory_bytes(self, pid: int, rss: int) -> None:
+    def resident_memory_bytes(self, rss: int) -> None:
         """Set this worker's resident memory."""
-        self._child("resident_memory", str(pid)).set(rss)
+        self.__dict__["resident_memory"].set(rss)  # declared in METRIC_SPECS, set by name
 
     # prediction log
     def prediction_log_dropped(self, count: int) -> None:

@@ -7,6 +7,7 @@ Each test runs ``servinglib serve --workers 2`` over the misbehaving fixture mod
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import time
 from collections import Counter
@@ -277,3 +278,92 @@ def test_slowloris_and_idle_connections_leave_room_for_real_requests(tmp_path: P
         for sock in held:
             sock.close()
         stop(server.process)
+
+
+def worker_rss_bytes(url: str) -> dict[str, float]:
+    """``servinglib_worker_resident_memory_bytes`` by worker pid."""
+    from tests.integration.test_shadow_traffic_server import metric_values
+
+    return {
+        dict(key)["pid"]: value
+        for key, value in metric_values(url, "servinglib_worker_resident_memory_bytes").items()
+    }
+
+
+def test_8_mib_tensors_at_15_per_second_keep_worker_memory_bounded(tmp_path: Path) -> None:
+    from tests.conftest import launch, stop
+    from tests.integration.test_shadow_traffic_server import total
+
+    config, _ = prediction_log_service(tmp_path)
+    server = launch(config, tmp_path, "--workers", "2")
+    try:
+        wait_until(lambda: len(worker_rss_bytes(server.url)) == 2, 60, "both RSS gauges")
+        before = max(worker_rss_bytes(server.url).values())
+        tensor = bytes(8 * 1024 * 1024 - 4096)  # FP32 zeros, just under the body limit
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "shape": [len(tensor) // 4],
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": len(tensor)},
+                    }
+                ]
+            }
+        ).encode()
+        peak = before
+        statuses: Counter[int] = Counter()
+        with requests.Session() as session:
+            start = time.monotonic()
+            for i in range(150):  # 15 per second for 10 s
+                delay = start + i / 15 - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                response = session.post(
+                    f"{server.url}/v2/models/steady/infer",
+                    data=header + tensor,
+                    headers={"Inference-Header-Content-Length": str(len(header))},
+                    timeout=30,
+                )
+                statuses[response.status_code] += 1
+                if i % 10 == 0:
+                    peak = max(peak, *worker_rss_bytes(server.url).values())
+        assert statuses == {200: 150}, statuses
+        truncated = total(
+            server.url, "servinglib_prediction_log_records_total", outcome="truncated"
+        )
+        assert truncated == 150
+        grown = (peak - before) / 2**20
+        assert grown < 256, f"a worker grew {grown:.0f} MiB (from {before / 2**20:.0f} MiB)"
+    finally:
+        stop(server.process)
+
+
+def test_a_leaking_model_gets_its_worker_replaced_at_max_rss_mb(
+    tmp_path: Path, start_server: Any
+) -> None:
+    config = reliability_service(tmp_path)
+    server: LiveServer = start_server(config, "--workers", "2")
+    wait_until(lambda: len(worker_rss_bytes(server.url)) == 2, 60, "both RSS gauges")
+    limit_mb = int(max(worker_rss_bytes(server.url).values()) / 2**20) + 150
+    stop_first = server.process
+    stop_first.terminate()
+    stop_first.wait(timeout=60)
+    config.write_text(
+        config.read_text().replace("server:\n", f"server:\n  max_rss_mb: {limit_mb}\n")
+    )
+    server = start_server(config, "--workers", "2")
+    for _ in range(60):  # 20 MB per call: some worker crosses the limit within 20 calls
+        infer(server.url, "steady", {"leak_mb": 20}, timeout=30)
+        if "retires" in server.log():
+            break
+    server.wait_for_log("resident memory", timeout_s=30)
+    assert "is above server.max_rss_mb" in server.log()
+
+    def replaced() -> bool:
+        rss = worker_rss_bytes(server.url)
+        return len(rss) == 2 and max(rss.values()) < limit_mb * 2**20
+
+    wait_until(replaced, 90, "a fresh worker under the memory limit")
+    assert infer(server.url, "steady", {}).status_code == 200

@@ -22,6 +22,7 @@ from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
     ModelNotFoundError,
+    ModelNotReadyError,
     OverloadedError,
     PredictionError,
 )
@@ -288,8 +289,8 @@ class InferenceService:
         except InvalidInputError as e:
             lane.rejected(e.field or "features", ready)
             raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError):
-            raise
+        except (OverloadedError, DeadlineExceededError, ModelNotReadyError):
+            raise  # the version's executor refused or gave up: 503 / 504, not a model failure
         except Exception as e:
             raise PredictionError.logged(
                 ready.model, ready.version, "raised while predicting", e

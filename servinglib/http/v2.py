@@ -40,8 +40,8 @@ def server_metadata() -> Response:
 
 @v2_blueprint.get("/health/live")
 def live() -> Response:
-    """Liveness: the process answers; never depends on models."""
-    return _empty(200)
+    """Liveness: 400 once the watchdog retired this worker (a wedged version), else 200."""
+    return _empty(200 if current_app.extensions["servinglib.liveness"]() else 400)
 
 
 @v2_blueprint.get("/health/ready")

@@ -56,6 +56,10 @@ log = logging.getLogger("servinglib.batching")
 BatchFunction = Callable[[list[Any]], Sequence[Any]]
 
 _SMOOTHING = 0.1  # weight of the newest batch in the moving average of batch durations
+# Admission counts on batches taking this much longer than their average (wake-ups, a
+# loaded machine): under overload a queue kept a little shorter still keeps every runner
+# busy, while a request admitted too optimistically does its work and still answers 504.
+_ESTIMATE_MARGIN = 1.5
 
 
 class BatchListener(Protocol):
@@ -233,7 +237,7 @@ class DynamicBatcher:
         working = max(1, len(self._runners) - len(self._lost))
         rounds = math.ceil((self._size + 1) / (self.policy.max_batch_size * working))
         busy = len(self._busy) >= working
-        return (rounds + busy) * self._batch_s
+        return (rounds + busy) * self._batch_s * _ESTIMATE_MARGIN
 
     # --- watchdog side -------------------------------------------------------------------
     def newly_lost(self, margin_s: float) -> list[int]:

@@ -76,6 +76,7 @@ def test_a_hung_model_cannot_wedge_its_worker(
         steady = [infer(server.url, "steady", {}, timeout=5).status_code for _ in range(30)]
         assert requests.get(f"{server.url}/metrics", timeout=5).status_code == 200
         answers = [future.result() for future in hung]
+    print(f"figures: hung answers {answers}")
     assert steady == [200] * 30
     statuses = Counter(status for status, _ in answers)
     assert set(statuses) <= {503, 504}, statuses
@@ -151,6 +152,7 @@ def test_unbatched_overload_sheds_with_503_and_keeps_goodput(
     seconds = 8.0
     results = load(server.url, 4 * capacity, seconds)
     statuses = Counter(status for status, _, _ in results)
+    print(f"figures: {statuses}, goodput {len(results) and statuses[200] / seconds:.1f}/s")
     assert statuses[500] == 0, statuses
     assert statuses[0] == 0, statuses
     assert statuses[503] > 0, statuses
@@ -160,6 +162,7 @@ def test_unbatched_overload_sheds_with_503_and_keeps_goodput(
     goodput = len(accepted) / seconds
     # shed requests are refused before they wait: what is accepted meets its 300 ms deadline
     assert statuses[504] <= 0.02 * len(results), statuses
+    print(f"figures: accepted p99 {p99 * 1000:.0f} ms")
     assert p99 < 1.0, f"accepted p99 {p99:.3f} s"
     assert goodput >= 0.8 * capacity, f"goodput {goodput:.1f}/s of {capacity:.0f}/s ({statuses})"
 
@@ -228,6 +231,7 @@ def test_a_signal_to_the_master_drains_and_loses_no_row(tmp_path: Path, signum: 
             future.result()
     server.process.wait(timeout=60)
     took = time.monotonic() - stopped_at
+    print(f"figures: {signum} exit {took:.1f} s, {len(answered)} answered, {failures}")
     assert took < 10, f"exit took {took:.1f} s (graceful_timeout_s is 10)"
     assert server.process.returncode == 0, server.log()
     assert "Perhaps out of memory" not in server.log()
@@ -283,6 +287,7 @@ def test_slowloris_and_idle_connections_leave_room_for_real_requests(tmp_path: P
                     statuses[response.status_code] += 1
                 except requests.RequestException:
                     statuses[0] += 1
+        print(f"figures: legitimate requests {statuses}")
         assert statuses[200] >= 198, statuses  # >= 99 %
     finally:
         for sock in held:
@@ -345,6 +350,7 @@ def test_8_mib_tensors_at_15_per_second_keep_worker_memory_bounded(tmp_path: Pat
         )
         assert truncated == 150
         grown = (peak - before) / 2**20
+        print(f"figures: RSS {before / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB")
         assert grown < 256, f"a worker grew {grown:.0f} MiB (from {before / 2**20:.0f} MiB)"
     finally:
         stop(server.process)

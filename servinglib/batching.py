@@ -339,7 +339,10 @@ class DynamicBatcher:
                 if runner in self._lost:
                     self._lost.discard(runner)
                     log.warning("model %r: a lost call returned", self._name[0])
-                self._batch_s += _SMOOTHING * (self._clock() - started - self._batch_s)
+                took = self._clock() - started
+                # the first batch sets the estimate: averaging up from 0 would admit a
+                # burst the version cannot answer in time
+                self._batch_s += (_SMOOTHING if self._batch_s else 1.0) * (took - self._batch_s)
 
     def _run_batch(self, batch: list[_Item], run_batch: BatchFunction) -> None:
         now = self._clock()

@@ -4,8 +4,9 @@
 
 One unbatched model (tests/fixtures/reliability: ``instances: 1``, 50 ms per call,
 ``deadline_ms: 300``) on two asyncio workers. Capacity is measured first (closed loop,
-4 connections), then `hey` offers 4x that rate from 64 rate-limited connections, an
-open-loop load: each connection sends on schedule whatever the answers.
+4 connections), then `hey` offers 4x that rate from 64 rate-limited clients, an
+open-loop load: each sends on schedule whatever the answers, on a new connection each time
+(so the two workers share the load as a proxy's connection pool would spread it).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def measure(seconds: float, workdir: Path) -> tuple[LoadResult, LoadResult]:
             CONNECTIONS,
             seconds,
             rate_per_worker=rate / CONNECTIONS,
+            headers={"Connection": "close"},  # spread over both workers, as a proxy would
         )
     finally:
         server.stop()

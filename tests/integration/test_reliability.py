@@ -111,22 +111,21 @@ def load(url: str, rate: float, seconds: float) -> list[tuple[int, float, str]]:
     """Open-loop load on 'slow': ``rate`` requests/s for ``seconds``.
 
     Returns (status, latency s, Retry-After) per request; status 0 is a client failure.
+    A connection per request: the workers share the load as a proxy's pool would spread
+    it, instead of whichever worker accepted a long-lived connection first.
     """
-    session_pool: list[requests.Session] = []
 
     def one(_: int) -> tuple[int, float, str]:
-        session = session_pool.pop() if session_pool else requests.Session()
         started = time.monotonic()
         try:
-            response = session.post(
+            response = requests.post(
                 f"{url}/infer",
                 json={"model_id": "slow", "features": {"sleep_s": SLOW_CALL_S}},
+                headers={"Connection": "close"},
                 timeout=30,
             )
         except requests.RequestException:
             return 0, time.monotonic() - started, ""
-        finally:
-            session_pool.append(session)
         return (
             response.status_code,
             time.monotonic() - started,

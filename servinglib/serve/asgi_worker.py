@@ -92,6 +92,9 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
                 AsyncioWorker.balance.leave()
 
 
+SHUTDOWN_GRACE_S = 0.1  # how long an idle connection is still read once the worker stops
+
+
 def _already_stopping(signum: int, frame: FrameType | None) -> None:
     """The worker is shutting down already: let it finish its exit hooks."""
 
@@ -135,6 +138,7 @@ def limited_protocol(
 
         _head_timer: asyncio.TimerHandle | None = None
         _opened = 0.0
+        _stopping = False
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -151,6 +155,24 @@ def limited_protocol(
             if self._head_timer is not None:
                 self._head_timer.cancel()
             super().connection_lost(exc)
+
+        def shutdown(self) -> None:
+            """Graceful stop: an idle kept-alive connection is read a moment longer first.
+
+            A request the client wrote just before may already sit unread in the socket:
+            closing at once would reset it. Read for :data:`SHUTDOWN_GRACE_S`, answer what
+            arrives (then close), and close the connection if nothing came.
+            """
+            self._stopping = True
+            if self.cycle is None or self.cycle.response_complete:
+                self.loop.call_later(SHUTDOWN_GRACE_S, self._close_if_idle)
+            else:
+                self.cycle.keep_alive = False
+
+        def _close_if_idle(self) -> None:
+            idle = self.cycle is None or self.cycle.response_complete
+            if idle and not self.transport.is_closing():
+                self.transport.close()
 
         def _idle(self) -> bool:
             return self._reading_head and (self.cycle is None or self.cycle.response_complete)
@@ -210,6 +232,8 @@ def limited_protocol(
                 self._head_timer.cancel()
                 self._head_timer = None
             super().on_headers_complete()
+            if self._stopping and self.cycle is not None:
+                self.cycle.keep_alive = False  # answered during shutdown, then closed
 
         def send_400_response(self, msg: str) -> None:
             if not self._refused:  # a 431 already went out

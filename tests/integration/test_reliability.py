@@ -304,6 +304,16 @@ def worker_rss_bytes(url: str) -> dict[str, float]:
     }
 
 
+def both_sampled(url: str) -> Callable[[], bool]:
+    """Whether both workers have reported their resident memory (the gauge starts at 0)."""
+
+    def sampled() -> bool:
+        rss = worker_rss_bytes(url)
+        return len(rss) == 2 and min(rss.values()) > 0
+
+    return sampled
+
+
 def test_8_mib_tensors_at_15_per_second_keep_worker_memory_bounded(tmp_path: Path) -> None:
     from tests.conftest import launch, stop
     from tests.integration.test_shadow_traffic_server import total
@@ -311,7 +321,11 @@ def test_8_mib_tensors_at_15_per_second_keep_worker_memory_bounded(tmp_path: Pat
     config, _ = prediction_log_service(tmp_path)
     server = launch(config, tmp_path, "--workers", "2")
     try:
-        wait_until(lambda: len(worker_rss_bytes(server.url)) == 2, 60, "both RSS gauges")
+        wait_until(
+            both_sampled(server.url),
+            60,
+            "both RSS gauges",
+        )
         before = max(worker_rss_bytes(server.url).values())
         tensor = bytes(8 * 1024 * 1024 - 4096)  # FP32 zeros, just under the body limit
         header = json.dumps(
@@ -351,6 +365,7 @@ def test_8_mib_tensors_at_15_per_second_keep_worker_memory_bounded(tmp_path: Pat
         grown = (peak - before) / 2**20
         print(f"figures: RSS {before / 2**20:.0f} -> peak {peak / 2**20:.0f} MiB")
         assert grown < 256, f"a worker grew {grown:.0f} MiB (from {before / 2**20:.0f} MiB)"
+        assert peak < 512 * 2**20, f"a worker reached {peak / 2**20:.0f} MiB"
     finally:
         stop(server.process)
 
@@ -360,7 +375,11 @@ def test_a_leaking_model_gets_its_worker_replaced_at_max_rss_mb(
 ) -> None:
     config = reliability_service(tmp_path)
     server: LiveServer = start_server(config, "--workers", "2")
-    wait_until(lambda: len(worker_rss_bytes(server.url)) == 2, 60, "both RSS gauges")
+    wait_until(
+        both_sampled(server.url),
+        60,
+        "both RSS gauges",
+    )
     limit_mb = int(max(worker_rss_bytes(server.url).values()) / 2**20) + 150
     stop_first = server.process
     stop_first.terminate()

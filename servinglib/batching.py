@@ -15,19 +15,23 @@ next requests within a moment, and dispatching the first of them alone would spl
 round into a batch of one and a batch of the rest. It forgets the previous batch after
 ten queue delays without one, so a lone request after a quiet spell never waits.
 
-A lone request that finds the batcher idle (nothing queued, running or on its way) runs on
-its caller's thread instead (:meth:`DynamicBatcher.run_inline`), which saves two thread
-switches; model copy 0 stays exclusive, its executor thread waits meanwhile.
+Calls always run on the executor threads, never on the caller's, so the caller can answer
+504 at the deadline whether or not the call started.
 
-The queue is bounded: a full queue refuses at once (503 + Retry-After upstream). A request
-whose deadline passed while it queued is not run. When a batch raises, it is bisected so
-that only the poison input fails: Triton, MLServer and Ray Serve fail the whole batch.
+The queue is bounded: a full queue refuses at once (503 + Retry-After upstream), and so
+does a request the queue cannot answer before its deadline (the batches ahead at the
+moving average batch duration). A request whose deadline passed while it queued is not
+run. A watchdog (:mod:`servinglib.watchdog`) asks :meth:`DynamicBatcher.newly_lost` for
+runners stuck far past their deadline; once every runner is lost the version refuses.
+When a batch raises, it is bisected so that only the poison input fails: Triton, MLServer
+and Ray Serve fail the whole batch.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -38,13 +42,24 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from servinglib.config import BatchPolicy
-from servinglib.errors import DeadlineExceededError, OverloadedError, ServinglibError
+from servinglib.errors import (
+    DeadlineExceededError,
+    ModelNotReadyError,
+    OverloadedError,
+    ServinglibError,
+)
 
 __all__ = ["Arrival", "BatchFunction", "BatchListener", "DynamicBatcher", "run_isolating"]
 
 log = logging.getLogger("servinglib.batching")
 
 BatchFunction = Callable[[list[Any]], Sequence[Any]]
+
+_SMOOTHING = 0.1  # weight of the newest batch in the moving average of batch durations
+# Admission counts on batches taking this much longer than their average (wake-ups, a
+# loaded machine): under overload a queue kept a little shorter still keeps every runner
+# busy, while a request admitted too optimistically does its work and still answers 504.
+_ESTIMATE_MARGIN = 1.5
 
 
 class BatchListener(Protocol):
@@ -123,7 +138,9 @@ class DynamicBatcher:
         self._running = 0  # batches being run by executor threads
         self._last_size = 0  # requests in the previous batch, and when it was dispatched
         self._last_dispatch = float("-inf")
-        self._inline = False  # a lone request running on its caller's thread, on runner 0
+        self._busy: dict[int, tuple[float, float]] = {}  # runner -> (started, latest deadline)
+        self._lost: set[int] = set()  # runners stuck in a call far past its deadline
+        self._batch_s = 0.0  # moving average of a batch's duration
         self._threads = [
             threading.Thread(
                 target=self._loop,
@@ -187,6 +204,19 @@ class DynamicBatcher:
                     f"model {self._name[0]!r} version {self._name[1]!r} has {self._size} requests "
                     f"queued (max_queue_size); retry later"
                 )
+            if len(self._lost) == len(self._runners):
+                raise ModelNotReadyError(
+                    self._name[0], self._name[1], "WEDGED", "every thread is stuck in predict()"
+                )
+            if (
+                deadline is not None
+                and (self._size or self._busy)
+                and self._clock() + self._finish_s() > deadline
+            ):
+                raise OverloadedError(
+                    f"model {self._name[0]!r} version {self._name[1]!r} cannot answer this "
+                    f"request within its deadline ({self._size} queued); retry later"
+                )
             if arrival is not None and arrival.pending:
                 arrival.pending = False
                 self._incoming -= 1
@@ -198,6 +228,38 @@ class DynamicBatcher:
         if self._listener:
             self._listener.queue_depth(*self._name, depth)
         return future
+
+    def _finish_s(self) -> float:
+        """Expected time until a request joining the queue now is answered (lock held).
+
+        The batches queued ahead, one more while every runner is busy, and its own.
+        """
+        working = max(1, len(self._runners) - len(self._lost))
+        rounds = math.ceil((self._size + 1) / (self.policy.max_batch_size * working))
+        busy = len(self._busy) >= working
+        return (rounds + busy) * self._batch_s * _ESTIMATE_MARGIN
+
+    # --- watchdog side -------------------------------------------------------------------
+    def newly_lost(self, margin_s: float) -> list[int]:
+        """Runners whose call outlived its deadline by ``margin_s``: now counted lost.
+
+        A lost runner comes back when its call returns; meanwhile the queue counts on the
+        others, and once every runner is lost the version refuses requests.
+        """
+        now = self._clock()
+        with self._lock:
+            lost = [
+                runner
+                for runner, (_, deadline) in self._busy.items()
+                if runner not in self._lost and now > deadline + margin_s
+            ]
+            self._lost.update(lost)
+        return lost
+
+    @property
+    def wedged(self) -> bool:
+        """Every runner is lost."""
+        return len(self._lost) == len(self._runners)
 
     # --- consumer side -------------------------------------------------------------------
     def _take(self, count: int) -> list[_Item]:
@@ -232,26 +294,22 @@ class DynamicBatcher:
             return n
         return None
 
-    def next_batch(self, timeout: float | None = None, runner: int = 0) -> list[_Item] | None:
-        """Block until a batch is due (None when closed and drained, or on ``timeout``).
-
-        ``runner``: the model copy the batch will run on; copy 0 waits while a lone request
-        runs on it inline (:meth:`run_inline`).
-        """
+    def next_batch(self, timeout: float | None = None) -> list[_Item] | None:
+        """Block until a batch is due (None when closed and drained, or on ``timeout``)."""
         with self._lock:
             waited_until = None if timeout is None else self._clock() + timeout
             while True:
-                count = None if (runner == 0 and self._inline) else self._batch_size_now()
+                count = self._batch_size_now()
                 if count is not None:
                     batch = self._take(count)
                     depth = self._size
                     self._running += 1
                     self._last_size, self._last_dispatch = len(batch), self._clock()
                     break
-                if self._closed and self._size == 0 and not self._inline:
+                if self._closed and self._size == 0:
                     return None
                 wait = None
-                if self._size and not (runner == 0 and self._inline):
+                if self._size:
                     wait = max(
                         0.0, self._oldest() + self.policy.max_queue_delay_us / 1e6 - self._clock()
                     )
@@ -265,49 +323,26 @@ class DynamicBatcher:
             self._listener.queue_depth(*self._name, depth)
         return batch
 
-    def run_inline(self, payload: Any, arrival: Arrival) -> tuple[bool, Any]:
-        """Run a lone request on the caller's thread when nothing else is queued or running.
-
-        Handing a lone request to an executor thread and waking the caller again costs two
-        thread switches, a quarter of a millisecond on a busy machine; when the batcher is
-        idle and nobody else is on the way, the caller runs it itself, on copy 0, which
-        stays exclusive. Returns ``(True, output)``, or ``(False, None)`` when the request
-        must be submitted instead. The model's exception propagates.
-        """
+    def run(self, batch: list[_Item], run_batch: BatchFunction, runner: int = 0) -> None:
+        """Run one batch from :meth:`next_batch` on ``runner``: skip expired requests,
+        isolate poison inputs, and time it (the watchdog and admission read the timings)."""
+        started = self._clock()
+        deadlines = [item.deadline for item in batch if item.deadline is not None]
         with self._lock:
-            idle = (
-                not self._closed
-                and not self._inline
-                and self._size == 0
-                and self._running == 0
-                and self._incoming == (1 if arrival.pending else 0)
-            )
-            if not idle:
-                return False, None
-            if arrival.pending:
-                arrival.pending = False
-                self._incoming -= 1
-            self._inline = True
-        try:
-            outputs = self._runners[0]([payload])
-            if len(outputs) != 1:
-                raise RuntimeError(f"predict_batch returned {len(outputs)} results for 1 input")
-        finally:
-            with self._lock:
-                self._inline = False
-                self._ready.notify_all()
-        if self._listener:
-            self._listener.request_queued(*self._name, 0.0)
-            self._listener.batch_executed(*self._name, 1)
-        return True, outputs[0]
-
-    def run(self, batch: list[_Item], run_batch: BatchFunction) -> None:
-        """Run one batch from :meth:`next_batch`: skip expired requests, isolate poison inputs."""
+            self._busy[runner] = (started, max(deadlines, default=float("inf")))
         try:
             self._run_batch(batch, run_batch)
         finally:
             with self._lock:
                 self._running -= 1
+                del self._busy[runner]
+                if runner in self._lost:
+                    self._lost.discard(runner)
+                    log.warning("model %r: a lost call returned", self._name[0])
+                took = self._clock() - started
+                # the first batch sets the estimate: averaging up from 0 would admit a
+                # burst the version cannot answer in time
+                self._batch_s += (_SMOOTHING if self._batch_s else 1.0) * (took - self._batch_s)
 
     def _run_batch(self, batch: list[_Item], run_batch: BatchFunction) -> None:
         now = self._clock()
@@ -356,11 +391,11 @@ class DynamicBatcher:
 
     def _loop(self, run_batch: BatchFunction, runner: int) -> None:
         while True:
-            batch = self.next_batch(runner=runner)
+            batch = self.next_batch()
             if batch is None:
                 return
             try:
-                self.run(batch, run_batch)
+                self.run(batch, run_batch, runner)
             except Exception:  # never let one batch kill the executor thread
                 log.exception("batch of model %r failed outside the model", self._name[0])
                 for item in batch:
@@ -368,13 +403,21 @@ class DynamicBatcher:
                         self._resolve(item, None, ServinglibError("internal batching error"))
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Refuse new requests, run every queued one, stop the threads."""
+        """Refuse new requests, run every queued one, stop the threads.
+
+        Lost runners are not waited for; requests nobody can run any more fail with 503.
+        """
         with self._lock:
             self._closed = True
             self._ready.notify_all()
-        for thread in self._threads:
-            if thread.is_alive():
+            lost = set(self._lost)
+        for i, thread in enumerate(self._threads):
+            if thread.is_alive() and i not in lost:
                 thread.join(timeout_s)
+        with self._lock:
+            stranded = self._take(self._size)
+        for item in stranded:
+            _settle(item, None, OverloadedError(f"model {self._name[0]!r} is shutting down"))
 
     @property
     def depth(self) -> int:

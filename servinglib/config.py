@@ -59,6 +59,12 @@ class ServerConfig:
     timeout_s: int = 30
     keepalive_s: int = 75
     graceful_timeout_s: int = 30
+    watchdog_margin_s: float = 5.0
+    max_requests: int = 0
+    max_requests_jitter: int = 0
+    max_rss_mb: int = 0
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
     max_request_body_bytes: int = 8 * 1024 * 1024
     max_json_depth: int = 64
     max_tensor_elements: int = 16 * 1024 * 1024
@@ -119,6 +125,8 @@ class PredictionLogConfig:
     url: str
     sample_rate: float = 1.0
     max_buffer: int = 10000
+    max_buffer_bytes: int = 64 << 20
+    max_record_bytes: int = 64 << 10
     batch_size: int = 200
     flush_interval_ms: int = 500
 

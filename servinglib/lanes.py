@@ -18,7 +18,7 @@ import jsonschema
 from servinglib.batching import BatchFunction, BatchListener, DynamicBatcher
 from servinglib.config import BatchPolicy, ModelConfig
 from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotFoundError
-from servinglib.model import Model
+from servinglib.model import REQUEST_DEADLINE, Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 from servinglib.routing import TrafficSplit
 from servinglib.wire.tensor_checks import check_declared_datatype
@@ -73,7 +73,7 @@ class Lane:
             self._properties = frozenset(config.input_schema.get("properties", {}))
         self._split = TrafficSplit(config.name, config.traffic) if config.traffic else None
         self._fallbacks_logged: set[str] = set()
-        self._executors: dict[tuple[str, int], DynamicBatcher | None] = {}
+        self._executors: dict[tuple[str, int], DynamicBatcher] = {}
         self._lock = threading.Lock()
         self._call_s = QUICK_S * 10  # unmeasured: assume slow until calls say otherwise
 
@@ -84,15 +84,17 @@ class Lane:
         """
         return self._call_s < QUICK_S and self.config.composition is None
 
-    def timed(
-        self, call: Callable[..., Any], instance: Model, features: Any, deadline: float
-    ) -> Any:
-        """Run an unbatched ``call`` and fold its duration into the moving average."""
+    def timed(self, instance: Model, payload: Any) -> Any:
+        """One unbatched ``predict`` call, folded into the moving average of call durations."""
         started = self._clock()
         try:
-            return call(instance, features, deadline, self._clock)
+            return instance.predict(payload)
         finally:
             self._call_s += _SMOOTHING * (self._clock() - started - self._call_s)
+
+    def shared(self) -> bool:
+        """Unbatched with one shared instance: calls may run on any thread, even a loop's."""
+        return self.config.batching is None and self.config.instances is None
 
     def deadline(self, timeout_ms: float | None) -> float:
         """Absolute deadline: the model's ``deadline_ms``, or the caller's budget when shorter."""
@@ -200,27 +202,33 @@ class Lane:
             known = any(spec.name == field for spec in ready.instance.inputs)
         self._listener.input_rejected(self.name, field if known else "_other")
 
-    def executor(self, ready: ReadyVersion) -> DynamicBatcher | None:
-        """The batcher (or instance queue) of a version; None when calls go straight through."""
+    def executor(self, ready: ReadyVersion) -> DynamicBatcher:
+        """The version's own executor: its batcher, or a bounded queue in front of its copies.
+
+        Every version gets one, so a hung or slow version can only exhaust its own threads.
+        """
         key = (ready.version, id(ready.instance))
-        if key in self._executors:
-            return self._executors[key]
+        executor = self._executors.get(key)
+        if executor is not None:
+            return executor
         with self._lock:
             if key not in self._executors:
                 self._executors[key] = self._new_executor(ready)
-        return self._executors[key]
+            return self._executors[key]
 
-    def _new_executor(self, ready: ReadyVersion) -> DynamicBatcher | None:
+    def _new_executor(self, ready: ReadyVersion) -> DynamicBatcher:
         runners: list[BatchFunction]
         if self.config.batching is not None:
             runners = [copy.predict_batch for copy in ready.copies]
             policy = self.config.batching
         elif self.config.instances is not None:
             # Exclusive copies without batching: batches of one on one thread per copy.
-            runners = [_one_at_a_time(copy) for copy in ready.copies]
+            runners = [self._one_at_a_time(copy) for copy in ready.copies]
             policy = BatchPolicy(max_batch_size=1)
-        else:
-            return None
+        else:  # one shared, thread-safe instance: server.threads calls at a time
+            threads = self._registry.config.server.threads
+            runners = [self._one_at_a_time(ready.instance)] * threads
+            policy = BatchPolicy(max_batch_size=1, max_queue_size=8 * threads)
         return DynamicBatcher(
             runners,
             policy,
@@ -229,24 +237,42 @@ class Lane:
             clock=self._clock,
         )
 
+    def payload(self, payload: Any, deadline: float) -> Any:
+        """What the executor queues: a composed model's payload travels with its deadline."""
+        composed = self.config.composition is not None and self.config.batching is None
+        return (payload, deadline) if composed else payload
+
+    def _one_at_a_time(self, model: Model) -> Callable[[list[Any]], list[Any]]:
+        if self.config.composition is not None and self.config.batching is None:
+
+            def run_composed(batch: list[Any]) -> list[Any]:
+                return [self._with_deadline(model, *item) for item in batch]
+
+            return run_composed
+
+        def run(batch: list[Any]) -> list[Any]:
+            return [self.timed(model, payload) for payload in batch]
+
+        return run
+
+    def _with_deadline(self, model: Model, payload: Any, deadline: float) -> Any:
+        token = REQUEST_DEADLINE.set(deadline)  # the steps share the request's deadline
+        try:
+            return self.timed(model, payload)
+        finally:
+            REQUEST_DEADLINE.reset(token)
+
     def release(self, version: str) -> list[DynamicBatcher]:
         """Forget the executors of ``version``; returns them for the caller to close."""
         with self._lock:
             keys = [k for k in self._executors if k[0] == version]
             executors = [self._executors.pop(k) for k in keys]
-        return [e for e in executors if e is not None]
+        return executors
 
-    def executors(self) -> list[DynamicBatcher]:
-        """Every executor started so far."""
+    def executors(self) -> list[tuple[str, DynamicBatcher]]:
+        """Every executor started so far, with its version."""
         with self._lock:
-            return [e for e in self._executors.values() if e is not None]
-
-
-def _one_at_a_time(model: Model) -> Callable[[list[Any]], list[Any]]:
-    def run(batch: list[Any]) -> list[Any]:
-        return [model.predict(payload) for payload in batch]
-
-    return run
+            return [(version, e) for (version, _), e in self._executors.items()]
 
 
 def to_key(value: Any) -> str:

@@ -124,13 +124,9 @@ def apply_desired_state(
             notes.append(f"unknown model {model!r}")
             continue
         moved = _move_default(registry, model, plan, notes=None)
-        for version in plan.unload:
-            try:
-                registry.remove_version(model, version)
-                if on_unload is not None:
-                    on_unload(model, version)
-            except ServinglibError as e:
-                notes.append(f"{model} {version}: {e}")
+        # A fresh worker still points at its configured default: that one is unloaded once
+        # the plan's default is loaded and in place, below.
+        blocked = _unload(registry, model, plan.unload, on_unload, notes=None)
         present = {r.version for r in registry.records(model)}
         for version in plan.load:
             requested = plan.load_revisions.get(version, 0)
@@ -149,7 +145,33 @@ def apply_desired_state(
                 notes.append(f"{model} {version}: {e}")
         if not moved:
             _move_default(registry, model, plan, notes)
+        _unload(registry, model, blocked, on_unload, notes)
     return notes
+
+
+def _unload(
+    registry: ModelRegistry,
+    model: str,
+    versions: list[str],
+    on_unload: Callable[[str, str], None] | None,
+    notes: list[str] | None,
+) -> list[str]:
+    """Unload ``versions`` that are present; returns those that could not go (yet)."""
+    blocked = []
+    present = {r.version for r in registry.records(model)}
+    for version in versions:
+        if version not in present:
+            continue
+        try:
+            registry.remove_version(model, version)
+        except ServinglibError as e:
+            blocked.append(version)
+            if notes is not None:
+                notes.append(f"{model} {version}: {e}")
+            continue
+        if on_unload is not None:
+            on_unload(model, version)
+    return blocked
 
 
 def _move_default(

@@ -11,26 +11,24 @@ import asyncio
 import dataclasses
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from servinglib.batch_rows import split_rows, splits_rows, stack_rows
-from servinglib.batching import BatchListener
+from servinglib.batching import BatchListener, DynamicBatcher
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
     ModelNotFoundError,
+    ModelNotReadyError,
     OverloadedError,
     PredictionError,
 )
 from servinglib.lanes import Lane, RejectionListener
-from servinglib.model import REQUEST_DEADLINE, Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 
 __all__ = [
@@ -152,8 +150,6 @@ class InferenceService:
         self._clock = clock
         self._recorder = recorder
         self._shadows = shadows if shadows is not None and shadows.enabled else None
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
         self._lanes = {
             name: Lane(registry, registry.model_config(name), listener, batch_listener, clock)
             for name in registry.model_names()
@@ -174,7 +170,7 @@ class InferenceService:
     def infer(
         self, request: InferenceRequest, after_response: list[Callable[[], None]] | None = None
     ) -> Prediction:
-        """Answer ``request``; the model may run on the calling thread.
+        """Answer ``request``; the calling thread waits for the version's executor.
 
         With ``after_response``, work that must not delay the answer (shadow copies) is
         appended there for the caller to run once the response is sent; without it, it is
@@ -206,10 +202,10 @@ class InferenceService:
     ) -> Prediction:
         """:meth:`infer` for an event loop: never blocks it while the model runs.
 
-        Batched versions queue the request and await the batch; unbatched ones run on the
-        service's thread pool (``server.threads`` threads), or on the loop itself while
-        their calls stay quicker than a thread hop (:meth:`Lane.quick`). Same errors as
-        :meth:`infer`.
+        Every version queues the request on its own executor (its batcher, or its copies'
+        threads) and the loop awaits the answer until the deadline; a shared unbatched
+        model runs on the loop itself while its calls stay quicker than a thread hop
+        (:meth:`Lane.quick`). Same errors as :meth:`infer`.
         """
         rows = self._rows(request)
         if rows is not None:
@@ -225,6 +221,28 @@ class InferenceService:
                 except TimeoutError:
                     raise call.late() from None  # wait_for cancelled the queued request
         return self._answered(call, request, value, after_response)
+
+    def call_version(self, model: str, version: str, features: Any, timeout_s: float) -> Any:
+        """Run ``features`` on a version's own executor at its lowest priority (shadows).
+
+        Raises:
+            DeadlineExceededError: no answer within ``timeout_s``.
+            OverloadedError, ModelNotReadyError: the version cannot take it now.
+        """
+        lane = self.lane(model)
+        call = _Call(lane, self.registry.get(model, version), 0.0, self._clock)
+        call.deadline = self._clock() + timeout_s
+        executor = lane.executor(call.ready)
+        future = executor.submit(
+            lane.payload(call.ready.instance.prepare(features), call.deadline),
+            priority=executor.policy.priority_levels - 1,
+            deadline=call.deadline,
+        )
+        try:
+            return future.result(timeout=call.remaining())
+        except FutureTimeout:
+            future.cancel()
+            raise call.late() from None
 
     def _rows(self, request: InferenceRequest) -> list[InferenceRequest] | None:
         """A tensor request's rows, when it adds a batch dimension to a batching model.
@@ -274,30 +292,24 @@ class InferenceService:
     def _start(self, call: _Call, request: InferenceRequest, *, blocking: bool) -> tuple[bool, Any]:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
-        ``blocking``: the caller's thread may run the model (a WSGI thread); an event loop
-        passes False and gets a future unless the call is quick enough for the loop.
+        Every call runs on the version's own executor, so the caller can answer 504 at the
+        deadline whether or not the call started. The one exception: an event loop runs a
+        shared unbatched model itself while its calls stay quicker than a thread hop.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
+        if not blocking and lane.shared() and lane.quick():
+            payload = instance.prepare(features)
+            call.check_deadline()
+            return True, lane.timed(instance, payload)
         executor = lane.executor(call.ready)
-        if executor is None:
-            if blocking or lane.quick():  # a quick model costs less than the thread hop
-                return True, lane.timed(_prepare_and_predict, instance, features, deadline)
-            return False, self._thread_pool().submit(
-                lane.timed, _prepare_and_predict, instance, features, deadline
-            )
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
-            payload = instance.prepare(features)  # validated before it joins a batch
+            payload = lane.payload(instance.prepare(features), deadline)  # checked first
             call.check_deadline()
             return False, executor.submit(payload, priority=request.priority, deadline=deadline)
         with executor.incoming() as arrival:  # lets the batcher wait for it
-            payload = instance.prepare(features)
+            payload = lane.payload(instance.prepare(features), deadline)
             call.check_deadline()
-            done, output = executor.run_inline(payload, arrival)  # batcher idle?
-            if done:
-                if self._clock() > deadline:
-                    raise call.late()  # as late as a queued request would be
-                return True, output
             return False, executor.submit(
                 payload, priority=request.priority, deadline=deadline, arrival=arrival
             )
@@ -338,16 +350,19 @@ class InferenceService:
                 after_response.append(copy)
         return Prediction(ready.model, ready.version, output, elapsed)
 
-    def _thread_pool(self) -> ThreadPoolExecutor:
-        """Threads for unbatched model calls made from an event loop (created on first use)."""
-        if self._pool is None:
-            with self._pool_lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(
-                        max_workers=self.registry.config.server.threads,
-                        thread_name_prefix="servinglib-predict",
-                    )
-        return self._pool
+    def is_ready(self) -> bool:
+        """Every default version is READY and has a working thread."""
+        return self.registry.is_ready() and not self.wedged()
+
+    def wedged(self) -> list[tuple[str, str]]:
+        """``(model, version)`` of every version whose threads are all stuck in a call."""
+        return [(name, version) for name, version, e in self.executors() if e.wedged]
+
+    def executors(self) -> Iterator[tuple[str, str, DynamicBatcher]]:
+        """``(model, version, executor)`` of every executor started so far."""
+        for name, lane in self._lanes.items():
+            for version, executor in lane.executors():
+                yield name, version, executor
 
     def release(self, model: str, version: str) -> None:
         """Stop the batcher of an unloaded version (its queued requests finish first)."""
@@ -356,11 +371,8 @@ class InferenceService:
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Finish every queued request and stop the batcher threads."""
-        for lane in self._lanes.values():
-            for executor in lane.executors():
-                executor.close(timeout_s)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        for _, _, executor in self.executors():
+            executor.close(timeout_s)
 
 
 def run_followups(followups: list[Callable[[], None]]) -> None:
@@ -370,20 +382,6 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
             followup()
         except Exception:
             log.exception("work deferred until after the response failed")
-
-
-def _prepare_and_predict(
-    instance: Model, features: Any, deadline: float, clock: Callable[[], float]
-) -> Any:
-    """An unbatched call: the deadline is checked once the input is ready."""
-    payload = instance.prepare(features)
-    if clock() >= deadline:
-        raise DeadlineExceededError("the request deadline passed before the model ran")
-    token = REQUEST_DEADLINE.set(deadline)  # composed models share it with their steps
-    try:
-        return instance.predict(payload)
-    finally:
-        REQUEST_DEADLINE.reset(token)
 
 
 class _Call:
@@ -423,8 +421,8 @@ class _Call:
         except InvalidInputError as e:
             self.lane.rejected(e.field or "features", self.ready)
             raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError, PredictionError):
-            raise  # a composed model's member failed: already logged under its own id
+        except (OverloadedError, DeadlineExceededError, ModelNotReadyError, PredictionError):
+            raise  # the executor refused or gave up (503 / 504), or a member failed (logged)
         except Exception as e:
             raise PredictionError.logged(
                 self.ready.model, self.ready.version, "raised while predicting", e

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from servinglib._importing import import_object
 from servinglib.config import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
-from servinglib.errors import ConfigError, ServinglibError
+from servinglib.errors import ConfigError, DeadlineExceededError, ServinglibError
 from servinglib.model import Tolerance
 from servinglib.registry import ModelRegistry
 from servinglib.selftest import compare_outputs, to_plain
@@ -195,6 +195,10 @@ def make_comparator(
     return builders[config.kind](config)
 
 
+ShadowCall = Callable[[str, str, Any, float], Any]
+"""``(model, version, features, timeout_s) -> answer``: a call on the version's executor."""
+
+
 @dataclass(frozen=True)
 class _Shadow:
     config: ShadowConfig
@@ -219,6 +223,7 @@ class ShadowRouter:
         rng: Callable[[], float] = random.random,
     ) -> None:
         config = registry.config
+        self.run_on: ShadowCall | None = None  # the version's executor, once the service is up
         bounds = executor or config.shadow_executor
         self._registry = registry
         self._listener = listener
@@ -288,8 +293,12 @@ class ShadowRouter:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            instance = self._registry.get(model, version).instance
-            answer = instance.predict(instance.prepare(features))
+            timeout_s = shadow.config.timeout_ms / 1000
+            if self.run_on is not None:  # the version's own threads: instances stay exclusive
+                answer = self.run_on(model, version, features, timeout_s)
+            else:
+                instance = self._registry.get(model, version).instance
+                answer = instance.predict(instance.prepare(features))
             elapsed = time.perf_counter() - started
             if elapsed * 1000 > shadow.config.timeout_ms:
                 outcome = "timeout"
@@ -308,6 +317,14 @@ class ShadowRouter:
                 self._recorder.record_shadow(
                     request_id, model, version, primary, features, answer, elapsed
                 )
+        except DeadlineExceededError:
+            outcome = "timeout"
+            log.warning(
+                "shadow %r version %r did not answer within %d ms; not compared",
+                model,
+                version,
+                shadow.config.timeout_ms,
+            )
         except ServinglibError as e:
             outcome = "not_ready"
             log.warning("shadow %r version %r cannot answer: %s", model, version, e)

@@ -24,6 +24,7 @@ from servinglib.registry import ModelRegistry
 from servinglib.rollout import RolloutWatcher
 from servinglib.service import InferenceService
 from servinglib.shadow import ShadowRouter
+from servinglib.watchdog import Watchdog
 
 __all__ = ["Worker", "build_worker", "load_worker"]
 
@@ -42,15 +43,26 @@ class Worker:
     service: InferenceService
     metrics: ServingMetrics
     close: Callable[[], None]
+    watchdog: Watchdog | None = None
+
+    def is_live(self) -> bool:
+        """False once the watchdog retired the worker (a wedged version, too much memory)."""
+        return self.watchdog is None or self.watchdog.live
 
 
-def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Worker:
+def build_worker(
+    config: ServiceConfig,
+    rollout_dir: Path | None = None,
+    retire: Callable[[], None] | None = None,
+) -> Worker:
     """Load and self-test every model version of ``config`` and wire the observers.
 
     Args:
         config: the loaded servinglib.yaml.
         rollout_dir: the admin API's desired-state directory; when given, the worker
             converges to it before it serves and then keeps watching it.
+        retire: asks the process to exit gracefully (gunicorn workers send themselves
+            SIGTERM); the watchdog calls it once a version is wedged or memory is too high.
 
     Example::
 
@@ -69,6 +81,7 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
             open_sink(config.prediction_log.url),
             on_dropped=metrics.prediction_log_dropped,
             on_written=metrics.prediction_log_written,
+            on_truncated=metrics.prediction_log_truncated,
         )
     shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
     drift = DriftMonitor(registry, multiprocess_dir(), on_issue=metrics.data_quality_issue)
@@ -87,13 +100,23 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
         log.warning(
             "worker %d started NOT READY: a default version failed; see /models", os.getpid()
         )
+    shadows.run_on = service.call_version  # shadow copies use the version's own threads
     watcher = None
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
         watcher.sync()
         watcher.start()
+    watchdog = Watchdog(
+        service,
+        config.server.watchdog_margin_s,
+        listener=metrics,
+        on_wedged=retire,
+        max_rss_bytes=config.server.max_rss_mb << 20,
+    )
+    watchdog.start()
 
     def close() -> None:
+        watchdog.stop()
         if watcher is not None:
             watcher.stop()
         service.close()  # queued requests first: their answers feed shadows and the log
@@ -102,11 +125,15 @@ def build_worker(config: ServiceConfig, rollout_dir: Path | None = None) -> Work
         if logger is not None:
             logger.close()
 
-    return Worker(config, service, metrics, close)
+    return Worker(config, service, metrics, close, watchdog)
 
 
-def load_worker(path: str | os.PathLike[str], rollout_dir: Path | None = None) -> Worker:
+def load_worker(
+    path: str | os.PathLike[str],
+    rollout_dir: Path | None = None,
+    retire: Callable[[], None] | None = None,
+) -> Worker:
     """:func:`build_worker` for the config file at ``path``, with its log level applied."""
     config = load_config(path)
     configure_logging(config.server.log_level, config.server.log_format)
-    return build_worker(config, rollout_dir)
+    return build_worker(config, rollout_dir, retire)

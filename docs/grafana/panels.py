@@ -644,6 +644,28 @@ def sections() -> tuple[Section, ...]:
                 ),
             ),
         ),
+        Section(
+            "Workers",
+            (
+                Panel(
+                    "Lost model calls",
+                    "Calls the watchdog gave up on (stuck past their deadline plus "
+                    "server.watchdog_margin_s); a version whose threads are all lost turns "
+                    "not ready and its worker is replaced.",
+                    ("lost_calls",),
+                    (Query(rate("lost_calls", "model, version"), "{{model}} v{{version}}"),),
+                    unit="ops",
+                ),
+                Panel(
+                    "Worker resident memory",
+                    "Resident memory of each worker; server.max_rss_mb replaces a worker "
+                    "gracefully above it.",
+                    ("resident_memory",),
+                    (Query(series("resident_memory", selector=""), "pid {{pid}}"),),
+                    unit="bytes",
+                ),
+            ),
+        ),
     )
 
 

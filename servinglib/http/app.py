@@ -30,8 +30,12 @@ ops_blueprint = Blueprint("ops", __name__)
 
 @ops_blueprint.get("/livez")
 def livez() -> Response:
-    """Kubernetes liveness: the worker answers; never depends on models."""
-    return jsonify(status="alive")
+    """Kubernetes liveness: 503 once the watchdog retired this worker (a wedged version)."""
+    if current_app.extensions["servinglib.liveness"]():
+        return jsonify(status="alive")
+    response = jsonify(status="not live", wedged=[list(v) for v in _service().wedged()])
+    response.status_code = 503
+    return response
 
 
 @ops_blueprint.get("/readyz")
@@ -59,8 +63,12 @@ def metrics() -> Response:
 @ops_blueprint.get("/openapi.json")
 def openapi() -> Response:
     """OpenAPI 3.1 description of every public endpoint and each model's input schema."""
+    return jsonify(openapi_document(_service().registry.config))
+
+
+def _service() -> InferenceService:
     service: InferenceService = current_app.extensions["servinglib.service"]
-    return jsonify(openapi_document(service.registry.config))
+    return service
 
 
 def _refuse_transfer_codings() -> None:
@@ -89,6 +97,7 @@ def create_app(
     server: ServerConfig | None = None,
     readiness: Callable[[], bool] | None = None,
     shutdown: Callable[[], None] | None = None,
+    liveness: Callable[[], bool] | None = None,
 ) -> Flask:
     """Build the WSGI app around an already-loaded :class:`InferenceService`.
 
@@ -100,12 +109,13 @@ def create_app(
         metrics: the process's metrics owner.
         server: limits such as the request body size.
         readiness: overrides the readiness check.
+        liveness: the liveness check (the worker's watchdog); always live without it.
         shutdown: flushes background work (shadow copies, prediction log); gunicorn's
             ``worker_exit`` hook calls it as ``app.extensions["servinglib.shutdown"]()``
             when the app runs under a stock gunicorn worker.
     """
     server = server or ServerConfig()
-    app = _flask_app(service, metrics, server, readiness, shutdown)
+    app = _flask_app(service, metrics, server, readiness, shutdown, liveness)
     app.wsgi_app = WsgiFrontEnd(  # type: ignore[method-assign]
         Endpoints(service, metrics, server), app.wsgi_app
     )
@@ -118,12 +128,13 @@ def create_asgi_app(
     server: ServerConfig,
     close_when: Callable[[], bool] | None = None,
     readiness: Callable[[], bool] | None = None,
+    liveness: Callable[[], bool] | None = None,
 ) -> AsgiFrontEnd:
     """Build the event-loop app: the inference routes on the loop, the rest in Flask threads.
 
     ``close_when`` is asked before each answer; True adds ``Connection: close``.
     """
-    flask_app = _flask_app(service, metrics, server, readiness, None)
+    flask_app = _flask_app(service, metrics, server, readiness, None, liveness)
     return AsgiFrontEnd(
         Endpoints(service, metrics, server), flask_app, server.threads, close_when=close_when
     )
@@ -135,6 +146,7 @@ def _flask_app(
     server: ServerConfig,
     readiness: Callable[[], bool] | None,
     shutdown: Callable[[], None] | None,
+    liveness: Callable[[], bool] | None,
 ) -> Flask:
     app = Flask("servinglib")
     # No redirects: Werkzeug would answer "//readyz" or "/models/" with a 308 whose Location
@@ -145,7 +157,8 @@ def _flask_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["servinglib.service"] = service
     app.extensions["servinglib.metrics"] = metrics
-    app.extensions["servinglib.readiness"] = readiness or service.registry.is_ready
+    app.extensions["servinglib.readiness"] = readiness or service.is_ready
+    app.extensions["servinglib.liveness"] = liveness or (lambda: True)
     app.extensions["servinglib.shutdown"] = shutdown or (lambda: None)
     install_request_context(app)
     app.before_request(_refuse_transfer_codings)

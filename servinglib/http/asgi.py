@@ -25,7 +25,7 @@ from servinglib.http._exchange import Endpoints, Match, Reply
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.service import run_followups
 
-__all__ = ["SHED_PAUSE_S", "AsgiFrontEnd"]
+__all__ = ["LARGE_BODY_BYTES", "SHED_PAUSE_S", "AsgiFrontEnd"]
 
 # A request refused because its model's queue is full is answered (503) after this pause.
 # Answered at once, a client that retries without backing off comes straight back to be
@@ -39,6 +39,12 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+# Inference bodies larger than this are parsed on a thread instead of the event loop: an
+# 8 MiB JSON body takes hundreds of milliseconds to parse, during which the loop would
+# answer nobody else; below it, the thread hop costs more than it saves.
+LARGE_BODY_BYTES = 256 * 1024
 
 
 class AsgiFrontEnd:
@@ -63,6 +69,7 @@ class AsgiFrontEnd:
         self._fallback = fallback
         self._max_body = endpoints.max_body
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="servinglib-wsgi")
+        self._parsers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="servinglib-parse")
         self._close_when = close_when
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -87,7 +94,12 @@ class AsgiFrontEnd:
         followups: list[Callable[[], None]] = []
         try:
             exchange.check_head()
-            request = exchange.parse(await _read_body(receive, self._max_body))
+            body = await _read_body(receive, self._max_body)
+            if len(body) > LARGE_BODY_BYTES:  # parsing would stall every other connection
+                loop = asyncio.get_running_loop()
+                request = await loop.run_in_executor(self._parsers, exchange.parse, body)
+            else:
+                request = exchange.parse(body)
             prediction = await self._endpoints.service.infer_async(request, followups)
             exchange.answered(prediction)
         except Exception as e:

@@ -175,7 +175,12 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
             }
         },
         "/v2": get("Server metadata", json_ok),
-        "/v2/health/live": {"get": {"summary": "Liveness", "responses": {"200": _flag("live")}}},
+        "/v2/health/live": {
+            "get": {
+                "summary": "Liveness",
+                "responses": {"200": _flag("live"), "400": _flag("live")},
+            }
+        },
         "/v2/health/ready": {
             "get": {
                 "summary": "Readiness",
@@ -239,7 +244,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
             }
         },
         "/models": get("Models, versions, states and failure reasons", json_ok),
-        "/livez": get("Kubernetes liveness", json_ok),
+        "/livez": get("Kubernetes liveness", json_ok, "503"),
         "/readyz": get("Kubernetes readiness", json_ok, "503"),
         "/metrics": {
             "get": {

@@ -38,11 +38,14 @@ def server_metadata() -> Response:
 
 @v2_blueprint.get("/health/live")
 def live() -> Response:
-    """Liveness: the process answers; never depends on models.
+    """Liveness: 400 once the watchdog retired this worker (a wedged version), else 200.
 
-    The body is ``{"live": true}`` as KServe's SDK reads it (``response.json()["live"]``).
+    The body is ``{"live": true|false}`` as KServe's SDK reads it (``response.json()["live"]``).
     """
-    return jsonify(live=True)
+    live_now = bool(current_app.extensions["servinglib.liveness"]())
+    response = jsonify(live=live_now)
+    response.status_code = 200 if live_now else 400
+    return response
 
 
 @v2_blueprint.get("/health/ready")

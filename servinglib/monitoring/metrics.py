@@ -96,6 +96,23 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         ("model", "version", "step"),
     ),
     MetricSpec(
+        "lost_calls",
+        "counter",
+        "servinglib_lost_calls_total",
+        "Model calls that outlived their deadline by server.watchdog_margin_s; each holds "
+        "a thread of its version until it returns.",
+        ("model", "version"),
+    ),
+    MetricSpec(
+        "resident_memory",
+        "gauge",
+        "servinglib_worker_resident_memory_bytes",
+        "Resident memory of each live worker process, in bytes (the pid label names it "
+        "under gunicorn).",
+        (),
+        "liveall",
+    ),
+    MetricSpec(
         "requests",
         "counter",
         "servinglib_requests_total",
@@ -254,7 +271,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "prediction_log_records",
         "counter",
         "servinglib_prediction_log_records_total",
-        "Prediction-log records by outcome: written, or dropped (buffer full or sink down).",
+        "Prediction-log records by outcome: written, dropped (buffer full or sink down), or "
+        "truncated (features or output summarized: larger than max_record_bytes).",
         ("outcome",),
     ),
 )
@@ -434,10 +452,22 @@ class ServingMetrics:
         if not ok:
             self._child("step_errors", model, version, step).inc()
 
+    def call_lost(self, model: str, version: str) -> None:
+        """Count a call the watchdog gave up on."""
+        self._child("lost_calls", model, version).inc()
+
+    def resident_memory_bytes(self, rss: int) -> None:
+        """Set this worker's resident memory."""
+        self.__dict__["resident_memory"].set(rss)  # declared in METRIC_SPECS, set by name
+
     # prediction log
     def prediction_log_dropped(self, count: int) -> None:
         """Count prediction-log records that could not be kept."""
         self._child("prediction_log_records", "dropped").inc(count)
+
+    def prediction_log_truncated(self, count: int) -> None:
+        """Count records kept with summarized features or output (over max_record_bytes)."""
+        self._child("prediction_log_records", "truncated").inc(count)
 
     def prediction_log_written(self, count: int) -> None:
         """Count prediction-log records written."""

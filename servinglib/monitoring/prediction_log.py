@@ -19,13 +19,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from servinglib import jsonbytes
 from servinglib.config import PredictionLogConfig
 from servinglib.errors import ConfigError
 from servinglib.jsonbytes import to_plain
+from servinglib.monitoring.record_size import approx_bytes, summary
 
 __all__ = ["PostgresSink", "PredictionLogger", "PredictionRecord", "SqliteSink", "open_sink"]
 
@@ -55,6 +56,7 @@ CREATE TABLE IF NOT EXISTS predictions (
     latency_ms DOUBLE PRECISION NOT NULL
 )
 """
+_CREATE_LOCK = 0x5E4F1A6  # the advisory-lock key of the table creation ("servinglib")
 
 
 def _insert_sql(placeholder: str) -> str:
@@ -159,6 +161,9 @@ class PostgresSink:
                 ) from e
             self._connection = psycopg.connect(self._url)
             with self._connection.transaction():
+                # Workers start together: a transaction-scoped advisory lock lets one create
+                # the table while the others wait, instead of racing into DuplicateTable.
+                self._connection.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
                 self._connection.execute(_CREATE.format(id_type="BIGSERIAL PRIMARY KEY"))
         return self._connection
 
@@ -207,12 +212,16 @@ class PredictionLogger:
         on_dropped: Callable[[int], None] = lambda n: None,
         on_written: Callable[[int], None] = lambda n: None,
         rng: Callable[[], float] = random.random,
+        on_truncated: Callable[[int], None] = lambda n: None,
     ) -> None:
         self._config = config
         self._sink = sink
         self._on_dropped = on_dropped
         self._on_written = on_written
+        self._on_truncated = on_truncated
         self._rng = rng
+        self._buffered = 0  # estimated bytes of the queued records
+        self._buffered_lock = threading.Lock()
         self._queue: queue.Queue[object] = queue.Queue(maxsize=config.max_buffer)
         self._closed = threading.Event()
         self._thread = threading.Thread(
@@ -225,16 +234,45 @@ class PredictionLogger:
         return self._config.sample_rate >= 1.0 or self._rng() < self._config.sample_rate
 
     def record(self, record: PredictionRecord) -> bool:
-        """Queue ``record``; False (and counted) when the buffer is full or closed."""
+        """Queue ``record``; False (and counted) when the buffer is full or closed.
+
+        Features or an output larger than ``max_record_bytes`` are replaced by a summary
+        (counted as truncated); the buffer holds at most ``max_buffer_bytes``.
+        """
         if self._closed.is_set():
             self._on_dropped(1)
             return False
+        record, size = self._bounded(record)
+        with self._buffered_lock:
+            if self._buffered + size > self._config.max_buffer_bytes:
+                self._on_dropped(1)
+                return False
+            self._buffered += size
         try:
-            self._queue.put_nowait(record)
+            self._queue.put_nowait((record, size))
         except queue.Full:
+            self._release(size)
             self._on_dropped(1)
             return False
         return True
+
+    def _bounded(self, record: PredictionRecord) -> tuple[PredictionRecord, int]:
+        limit = self._config.max_record_bytes
+        features, output = record.features, record.output
+        feature_bytes, output_bytes = approx_bytes(features), approx_bytes(output)
+        if feature_bytes > limit:
+            features, feature_bytes = summary(features, feature_bytes), 256
+        if output_bytes > limit:
+            output, output_bytes = summary(output, output_bytes), 256
+        if features is record.features and output is record.output:
+            return record, 256 + feature_bytes + output_bytes
+        self._on_truncated(1)
+        bounded = replace(record, features=features, output=output)
+        return bounded, 256 + feature_bytes + output_bytes
+
+    def _release(self, size: int) -> None:
+        with self._buffered_lock:
+            self._buffered -= size
 
     def record_prediction(
         self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
@@ -277,19 +315,26 @@ class PredictionLogger:
                 if item is _STOP:
                     stopping = True
                     break
-                assert isinstance(item, PredictionRecord)
-                batch.append(item)
+                batch.append(self._taken(item))
             if stopping:  # drain everything accepted before close()
                 while True:
                     try:
                         item = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if isinstance(item, PredictionRecord):
-                        batch.append(item)
+                    if item is not _STOP:
+                        batch.append(self._taken(item))
             if batch:
                 self._write(batch)
         self._sink.close()
+
+    def _taken(self, item: object) -> PredictionRecord:
+        """A queued record, its bytes no longer counted in the buffer."""
+        assert isinstance(item, tuple)
+        record, size = item
+        self._release(size)
+        assert isinstance(record, PredictionRecord)
+        return record
 
     def _write(self, batch: list[PredictionRecord]) -> None:
         """Write ``batch`` in chunks; retry a failed chunk with backoff, then drop and count."""

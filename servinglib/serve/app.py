@@ -7,6 +7,7 @@ API's desired-state directory, when the master enabled it, from ``SERVINGLIB_ROL
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 from servinglib.http.app import ServingApp, create_app
@@ -22,8 +23,15 @@ def worker_from_environment() -> Worker:
     """Build this process's worker from the environment gunicorn's master set up."""
     rollout_dir = os.environ.get(ROLLOUT_ENV)
     return load_worker(
-        os.environ.get(CONFIG_ENV, "servinglib.yaml"), Path(rollout_dir) if rollout_dir else None
+        os.environ.get(CONFIG_ENV, "servinglib.yaml"),
+        Path(rollout_dir) if rollout_dir else None,
+        retire=_retire,
     )
+
+
+def _retire() -> None:
+    """Exit gracefully, as on gunicorn's SIGTERM: the master starts a replacement."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def create_app_from_config(path: str | os.PathLike[str]) -> ServingApp:

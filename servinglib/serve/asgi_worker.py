@@ -9,7 +9,10 @@ connection. After fork the worker builds its :class:`~servinglib.worker.Worker` 
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, ClassVar
 
@@ -20,9 +23,10 @@ from uvicorn_worker import UvicornWorker
 from servinglib.http.app import create_asgi_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
+from servinglib.serve.settings import connection_cap
 from servinglib.worker import Worker
 
-__all__ = ["AsyncioWorker", "limited_protocol"]
+__all__ = ["AsyncioWorker", "ConnectionLimits", "limited_protocol"]
 
 
 class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
@@ -46,9 +50,6 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)  # runs in the master, before the fork
         if AsyncioWorker.balance is None:
             AsyncioWorker.balance = ConnectionBalance(slots=max(8, 2 * self.cfg.workers))
-        self.config.http = limited_protocol(
-            self.cfg.limit_request_field_size, self.cfg.limit_request_fields, AsyncioWorker.balance
-        )
 
     def load_wsgi(self) -> None:
         """Load every model (the worker), then build the event-loop app around it."""
@@ -57,9 +58,29 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         balance = AsyncioWorker.balance
         assert balance is not None
         balance.join()  # only now: a worker still loading its models must not attract clients
-        self.wsgi = create_asgi_app(
-            serving.service, serving.metrics, serving.config.server, close_when=balance.crowded
+        server = serving.config.server
+        self.config.http = limited_protocol(
+            self.cfg.limit_request_field_size,
+            self.cfg.limit_request_fields,
+            balance,
+            ConnectionLimits(server.header_timeout_s, connection_cap(server.max_connections)),
         )
+        self.wsgi = create_asgi_app(
+            serving.service,
+            serving.metrics,
+            serving.config.server,
+            close_when=balance.crowded,
+            liveness=serving.is_live,
+        )
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """SIGQUIT (the master sends it on SIGINT): drain like SIGTERM.
+
+        uvicorn-worker routes SIGQUIT here, where gunicorn only clears ``alive``, which the
+        event loop never reads: the worker kept serving until the master killed it.
+        """
+        super().handle_exit(sig, frame)
+        os.kill(os.getpid(), signal.SIGTERM)
 
     async def _serve(self) -> None:
         # uvicorn re-raises SIGTERM/SIGINT once its graceful shutdown is done; with the
@@ -74,22 +95,41 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
                 AsyncioWorker.balance.leave()
 
 
+SHUTDOWN_GRACE_S = 0.1  # how long an idle connection is still read once the worker stops
+
+
 def _already_stopping(signum: int, frame: FrameType | None) -> None:
     """The worker is shutting down already: let it finish its exit hooks."""
 
 
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a request head may take, and how many connections a worker keeps open."""
+
+    header_timeout_s: float = 10.0
+    max_connections: int = 1000
+
+
 def limited_protocol(
-    max_field_bytes: int, max_fields: int, balance: ConnectionBalance | None = None
+    max_field_bytes: int,
+    max_fields: int,
+    balance: ConnectionBalance | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> type[HttpToolsProtocol]:
     """httptools' protocol with gunicorn's header limits (``server.max_header_bytes``, ...).
 
-    It also counts the worker's open connections in ``balance``.
+    It also counts the worker's open connections in ``balance``, closes a connection whose
+    request head is not complete ``header_timeout_s`` after it opened (or after the head
+    began, on a kept-alive connection), and keeps at most ``max_connections`` open: a new
+    one beyond it closes the longest-open connection that has no request in progress (a
+    slow or idle client), or itself when every connection is busy.
 
     httptools itself accepts any number and size of header fields; this answers 431 and
     closes the connection when the request line or a field is longer than
     ``max_field_bytes``, when there are more than ``max_fields`` fields, or when the head
     grows past all of them together (so memory stays bounded while it arrives).
     """
+    bounds = limits or ConnectionLimits()
 
     class LimitedHttpToolsProtocol(HttpToolsProtocol):
         _max_head = (max_fields + 1) * (max_field_bytes + 4)
@@ -99,15 +139,63 @@ def limited_protocol(
         _url_bytes = 0
         _refused = False
 
+        _head_timer: asyncio.TimerHandle | None = None
+        _opened = 0.0
+        _stopping = False
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if balance is not None:
                 balance.opened()
+            self._opened = self.loop.time()
+            self._head_timer = self.loop.call_later(bounds.header_timeout_s, self._head_late)
+            if len(self.connections) > bounds.max_connections:
+                self._make_room()
 
         def connection_lost(self, exc: Exception | None) -> None:
             if balance is not None:
                 balance.closed()
+            if self._head_timer is not None:
+                self._head_timer.cancel()
             super().connection_lost(exc)
+
+        def shutdown(self) -> None:
+            """Graceful stop: an idle kept-alive connection is read a moment longer first.
+
+            A request the client wrote just before may already sit unread in the socket:
+            closing at once would reset it. Read for :data:`SHUTDOWN_GRACE_S`, answer what
+            arrives (then close), and close the connection if nothing came.
+            """
+            self._stopping = True
+            if self.cycle is None or self.cycle.response_complete:
+                self.loop.call_later(SHUTDOWN_GRACE_S, self._close_if_idle)
+            else:
+                self.cycle.keep_alive = False
+
+        def _close_if_idle(self) -> None:
+            idle = self.cycle is None or self.cycle.response_complete
+            if idle and not self.transport.is_closing():
+                self.transport.close()
+
+        def _idle(self) -> bool:
+            return self._reading_head and (self.cycle is None or self.cycle.response_complete)
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self._reading_head and not self.transport.is_closing():
+                self.transport.close()  # no request to answer: its head never arrived
+
+        def _make_room(self) -> None:
+            idle = [
+                c
+                for c in self.connections
+                if c is not self and isinstance(c, LimitedHttpToolsProtocol) and c._idle()
+            ]
+            if not idle:
+                self.transport.close()
+                return
+            oldest = min(idle, key=lambda c: c._opened)
+            oldest.transport.close()
 
         def data_received(self, data: bytes) -> None:
             if self._reading_head:
@@ -119,6 +207,8 @@ def limited_protocol(
 
         def on_message_begin(self) -> None:
             self._reading_head, self._head_bytes, self._fields, self._url_bytes = True, 0, 0, 0
+            if self._head_timer is None:  # a kept-alive connection's next request began
+                self._head_timer = self.loop.call_later(bounds.header_timeout_s, self._head_late)
             super().on_message_begin()
 
         def on_url(self, url: bytes) -> None:
@@ -141,7 +231,12 @@ def limited_protocol(
 
         def on_headers_complete(self) -> None:
             self._reading_head = False
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
             super().on_headers_complete()
+            if self._stopping and self.cycle is not None:
+                self.cycle.keep_alive = False  # answered during shutdown, then closed
 
         def send_400_response(self, msg: str) -> None:
             """httptools refused the request (a bad chunk size, a malformed head): JSON 400."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import resource
 from typing import Any
 
 from servinglib.config import ServerConfig
 from servinglib.serve import hooks
 
-__all__ = ["WORKER_CLASSES", "WSGI_APP", "gunicorn_settings"]
+__all__ = ["WORKER_CLASSES", "WSGI_APP", "connection_cap", "gunicorn_settings"]
 
 WSGI_APP = "servinglib.serve.wsgi:app"
 WORKER_CLASSES = {
@@ -34,6 +35,9 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "timeout": server.timeout_s,
         "graceful_timeout": server.graceful_timeout_s,
         "keepalive": server.keepalive_s,
+        "worker_connections": connection_cap(server.max_connections),
+        "max_requests": server.max_requests,
+        "max_requests_jitter": server.max_requests_jitter,
         "limit_request_field_size": server.max_header_bytes,
         "limit_request_fields": server.max_headers,
         "control_socket_disable": True,  # the admin API is servinglib's: loopback + token
@@ -48,3 +52,11 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "worker_exit": hooks.worker_exit,
         "child_exit": hooks.child_exit,
     }
+
+
+def connection_cap(configured: int) -> int:
+    """``server.max_connections``, kept below this process's file limit (64 spare)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(16, min(configured, soft - 64))

@@ -45,7 +45,13 @@ class LingeringThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Load every model (the worker), then build the WSGI app around it."""
         serving = worker_from_environment()
         self.serving = serving
-        self.wsgi = create_app(serving.service, serving.metrics, serving.config.server)
+        self.wsgi = create_app(
+            serving.service, serving.metrics, serving.config.server, liveness=serving.is_live
+        )
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        """SIGQUIT (and SIGINT, which the master turns into SIGQUIT): drain like SIGTERM."""
+        self.handle_exit(sig, frame)
 
     def handle(self, conn: Any) -> Any:
         """Serve a request, then the connection's next ones while they follow at once."""

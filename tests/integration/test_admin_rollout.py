@@ -18,7 +18,7 @@ import requests
 
 from servinglib.errors import ServinglibError
 from servinglib.serve.admin_client import AdminClient
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer, free_port, wait_all_workers, worker_pids
 
 pytestmark = pytest.mark.integration
 
@@ -274,3 +274,56 @@ def test_the_admin_listener_answers_hostile_requests_with_json_and_workers_do_no
     assert len(workers) == 2
     for pid in workers:
         assert inode not in _socket_inodes(pid), f"worker {pid} holds the admin socket"
+
+
+def test_workers_killed_between_admin_actions_converge_exactly(
+    tmp_path: Path, start_server: Any
+) -> None:
+    import signal
+    import time
+
+    port = free_port()
+    server: LiveServer = start_server(
+        admin_service(tmp_path, port), "--workers", "2", env={"SERVINGLIB_ADMIN_TOKEN": TOKEN}
+    )
+    client = AdminClient(port, TOKEN)
+    actions = [
+        lambda: client.load("scorer", "1"),
+        lambda: client.promote("scorer", "1"),
+        lambda: client.unload("scorer", "2"),
+        lambda: client.load("scorer", "2"),
+        lambda: client.promote("scorer", "2"),
+        lambda: client.unload("scorer", "1"),
+    ]
+    for step, action in enumerate(actions):
+        revision = action()["revision"]
+        client.wait_converged(revision)
+        wait_all_workers(server)
+        victim = min(worker_pids(server))
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while True:  # the replacement has joined and reported the same revision
+            workers = client.status()["workers"]
+            pids = {int(pid) for pid in workers}
+            applied = all(report.get("revision", -1) >= revision for report in workers.values())
+            if len(pids) == 2 and victim not in pids and applied:
+                break
+            assert time.monotonic() < deadline, f"step {step}: {json.dumps(workers)}"
+            time.sleep(0.1)
+        desired = client.status()["desired"]["models"]["scorer"]
+        seen = {
+            pid: (
+                report["models"]["scorer"]["default"],
+                sorted(
+                    v
+                    for v, s in report["models"]["scorer"]["versions"].items()
+                    if s["state"] == "READY"
+                ),
+            )
+            for pid, report in workers.items()
+        }
+        assert len(set(map(str, seen.values()))) == 1, f"step {step}: workers differ: {seen}"
+        default, versions = next(iter(seen.values()))
+        if desired.get("default"):
+            assert default == desired["default"], f"step {step}: {seen}"
+        assert not set(desired.get("unload", [])) & set(versions), f"step {step}: {seen}"

@@ -11,7 +11,7 @@ import pytest
 
 from servinglib.batching import DynamicBatcher
 from servinglib.config import BatchPolicy
-from servinglib.errors import DeadlineExceededError, OverloadedError
+from servinglib.errors import DeadlineExceededError, ModelNotReadyError, OverloadedError
 
 
 class Clock:
@@ -268,71 +268,60 @@ def test_a_cancelled_request_does_not_stall_ordered_results() -> None:
     assert second.result(timeout=1) == 4
 
 
-def test_a_lone_request_on_an_idle_batcher_runs_on_its_callers_thread() -> None:
-    threads: list[int] = []
+def test_a_request_that_cannot_be_answered_before_its_deadline_is_refused() -> None:
+    batcher, clock, _ = manual(BatchPolicy(max_batch_size=1))
 
-    def run(batch: Sequence[Any]) -> list[Any]:
-        threads.append(threading.get_ident())
+    def slow(batch: Sequence[Any]) -> list[Any]:
+        clock.advance(0.1)
         return double(batch)
 
-    batcher, _, recorder = manual(BatchPolicy(max_batch_size=8), run)
-    with batcher.incoming() as arrival:
-        assert batcher.run_inline(21, arrival) == (True, 42)
-    assert threads == [threading.get_ident()]
-    assert recorder.sizes == [1]
-    assert batcher.next_batch(timeout=0) is None  # nothing was queued
+    for _ in range(60):  # the moving batch duration settles near 100 ms
+        batcher.submit(0)
+        drain(batcher, run=slow)
+    for x in range(3):
+        batcher.submit(x)
+    with pytest.raises(OverloadedError, match="cannot answer this request within its deadline"):
+        batcher.submit(9, deadline=clock.now + 0.2)  # four calls ahead of its answer
+    assert batcher.submit(9, deadline=clock.now + 1.0) is not None
+    assert len(drain(batcher, run=slow)) == 4
 
 
-def test_no_inline_run_while_others_are_queued_running_or_on_their_way() -> None:
-    batcher, _, _ = manual(BatchPolicy(max_batch_size=8))
-    batcher.submit(1)
-    with batcher.incoming() as arrival:
-        assert batcher.run_inline(2, arrival) == (False, None)  # one is queued
-        assert arrival.pending  # still announced: it will be submitted
-    batch = batcher.next_batch(timeout=0)
-    assert batch is not None
-    with batcher.incoming() as arrival:
-        assert batcher.run_inline(3, arrival) == (False, None)  # a batch is running
-    batcher.run(batch, double)
-    with batcher.incoming() as arrival, batcher.incoming():
-        assert batcher.run_inline(4, arrival) == (False, None)  # another is on its way
-    with batcher.incoming() as arrival:
-        assert batcher.run_inline(5, arrival) == (True, 10)  # idle again
+def test_a_call_stuck_past_its_deadline_is_lost_until_it_returns() -> None:
+    clock, started, release = Clock(), threading.Event(), threading.Event()
 
+    def stuck(batch: Sequence[Any]) -> list[Any]:
+        started.set()
+        release.wait(30)
+        return double(batch)
 
-def test_inline_runs_and_batches_never_share_a_model_copy_under_32_threads() -> None:
-    active = [0, 0]
-    worst = [0, 0]
-    guard = threading.Lock()
-
-    def copy(index: int) -> Any:
-        def run(batch: Sequence[Any]) -> list[Any]:
-            with guard:
-                active[index] += 1
-                worst[index] = max(worst[index], active[index])
-            threading.Event().wait(0.0005)
-            with guard:
-                active[index] -= 1
-            return [(x, 2 * x) for x in batch]
-
-        return run
-
-    batcher = DynamicBatcher([copy(0), copy(1)], BatchPolicy(max_batch_size=4))
-    inline_runs = [0]
-
-    def call(x: int) -> Any:  # what InferenceService does for each request
-        with batcher.incoming() as arrival:
-            done, output = batcher.run_inline(x, arrival)
-            if done:
-                with guard:
-                    inline_runs[0] += 1
-                return output
-            future = batcher.submit(x, arrival=arrival)
-        return future.result(timeout=30)
-
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        answers = list(pool.map(call, range(2000)))
+    batcher = DynamicBatcher(stuck, BatchPolicy(max_batch_size=1), clock=clock)
+    first = batcher.submit(1, deadline=clock.now + 1)
+    assert started.wait(30)
+    assert batcher.newly_lost(margin_s=2) == []
+    clock.advance(3.5)  # 2.5 s past the deadline
+    assert batcher.newly_lost(margin_s=2) == [0]
+    assert batcher.newly_lost(margin_s=2) == []  # counted once
+    assert batcher.wedged
+    with pytest.raises(ModelNotReadyError, match="stuck in predict"):
+        batcher.submit(2)
+    release.set()
+    assert first.result(timeout=30) == 2
     batcher.close()
-    assert answers == [(x, 2 * x) for x in range(2000)]
-    assert worst == [1, 1], "each model copy ran one batch at a time"
-    assert inline_runs[0] > 0
+    assert not batcher.wedged
+
+
+def test_close_does_not_wait_for_a_lost_call() -> None:
+    clock, started, release = Clock(), threading.Event(), threading.Event()
+
+    def stuck(batch: Sequence[Any]) -> list[Any]:
+        started.set()
+        release.wait(30)
+        return double(batch)
+
+    batcher = DynamicBatcher(stuck, BatchPolicy(max_batch_size=1), clock=clock)
+    batcher.submit(1, deadline=clock.now + 1)
+    assert started.wait(30)
+    clock.advance(10)
+    assert batcher.newly_lost(margin_s=1) == [0]
+    batcher.close(timeout_s=30)  # returns at once: nobody waits for the stuck thread
+    release.set()

@@ -33,12 +33,19 @@ def test_a_lane_learns_whether_its_model_is_quick(registry: ModelRegistry) -> No
     lane = Lane(registry, registry.model_config("scorer"), clock=clock)
     ready = lane.route(None, None)
 
-    def call(cost_s: float) -> Any:
-        def run(instance: Any, features: Any, deadline: float, _: Any) -> Any:
-            clock.now += cost_s
-            return instance.predict(instance.prepare(features))
+    class Costly:
+        def __init__(self, model: Any) -> None:
+            self.model, self.cost_s = model, 0.0
 
-        return lane.timed(run, ready.instance, {"x": 1.0}, clock.now + 10)
+        def predict(self, payload: Any) -> Any:
+            clock.now += self.cost_s
+            return self.model.predict(payload)
+
+    costly = Costly(ready.instance)
+
+    def call(cost_s: float) -> Any:
+        costly.cost_s = cost_s
+        return lane.timed(costly, ready.instance.prepare({"x": 1.0}))  # type: ignore[arg-type]
 
     assert not lane.quick()  # unmeasured: runs on a thread
     assert call(QUICK_S / 20) == {"score": 3.0}

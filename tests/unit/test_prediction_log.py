@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,79 @@ def test_postgres_sink() -> None:
             "SELECT count(*), count(shadow_of) FROM predictions"
         ).fetchone()
     assert (count, shadows) == (25, 5)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
+    reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
+)
+def test_postgres_table_is_created_once_by_workers_starting_together() -> None:
+    import psycopg
+
+    url = os.environ["SERVINGLIB_TEST_POSTGRES_URL"]
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS predictions")
+    sinks = [open_sink(url) for _ in range(8)]
+    start = threading.Barrier(len(sinks))
+
+    def first_write(sink: Any) -> None:
+        start.wait(timeout=30)
+        sink.write([record(0).row()])
+
+    with ThreadPoolExecutor(max_workers=len(sinks)) as pool:
+        list(pool.map(first_write, sinks))  # DuplicateTable / UniqueViolation would raise here
+    for sink in sinks:
+        sink.close()
+    with psycopg.connect(url) as connection:
+        (count,) = connection.execute("SELECT count(*) FROM predictions").fetchone()
+    assert count == 8
+
+
+def test_oversized_records_are_summarized_and_the_buffer_is_bounded_in_bytes(
+    tmp_path: Path,
+) -> None:
+    truncated: list[int] = []
+    dropped: list[int] = []
+    blocked = threading.Event()
+
+    class SlowSink:
+        def __init__(self) -> None:
+            self.rows: list[tuple[Any, ...]] = []
+
+        def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
+            blocked.wait(30)
+            self.rows.extend(rows)
+
+        def close(self) -> None:
+            pass
+
+    sink = SlowSink()
+    config = PredictionLogConfig(
+        url="", max_buffer_bytes=1 << 20, max_record_bytes=64 << 10, flush_interval_ms=5
+    )
+    logger = PredictionLogger(
+        config, sink, on_dropped=dropped.append, on_truncated=truncated.append
+    )
+    big = np.zeros(1 << 20, dtype=np.float64)  # 8 MiB
+    for i in range(200):  # each kept record is about 2 KiB of small features
+        logger.record(
+            PredictionRecord(f"r{i}", 0.0, "m", "1", None, {"x": [1.0] * 200}, {"y": 1}, 1.0)
+        )
+    assert logger.record(PredictionRecord("big", 0.0, "m", "1", None, big, {"y": 1}, 1.0))
+    assert sum(truncated) == 1
+    for i in range(2000):  # about 4 MiB more than the buffer may hold while the sink is stuck
+        logger.record(
+            PredictionRecord(f"s{i}", 0.0, "m", "1", None, {"x": [1.0] * 200}, {"y": 1}, 1.0)
+        )
+    assert sum(dropped) > 0
+    blocked.set()
+    logger.close()
+    kept = {row[0]: row for row in sink.rows}
+    assert len(kept) + sum(dropped) == 2201
+    summary = json.loads(kept["big"][5])
+    assert summary == {
+        "truncated": True,
+        "type": "ndarray",
+        "approx_bytes": 8 << 20,
+        "shape": [1 << 20],
+    }

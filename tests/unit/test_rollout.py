@@ -93,3 +93,18 @@ def test_watcher_reports_and_files_round_trip(tmp_path: Path) -> None:
     assert report["models"]["scorer"]["versions"]["1"]["state"] == "READY"
     watcher.stop()
     assert read_worker_statuses(directory) == {}
+
+
+def test_a_fresh_worker_unloads_its_configured_default_once_the_new_one_is_in_place(
+    tmp_path: Path,
+) -> None:
+    reg = registry(tmp_path)  # a replacement worker: it starts on the configured default "2"
+    state = DesiredState(5)
+    plan = state.plan("scorer")
+    plan.load, plan.load_revisions, plan.default, plan.unload = ["1"], {"1": 1}, "1", ["2"]
+    unloaded: list[tuple[str, str]] = []
+    notes = apply_desired_state(reg, state, on_unload=lambda m, v: unloaded.append((m, v)))
+    assert notes == []
+    assert reg.default_version("scorer") == "1"
+    assert [r.version for r in reg.records("scorer")] == ["1"]
+    assert unloaded == [("scorer", "2")]

@@ -1,0 +1,57 @@
+"""servinglib.watchdog: a hung call is counted lost, its version turns not ready, the
+worker retires; other models keep answering. A real worker over the misbehaving model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from servinglib.config import load_config
+from servinglib.errors import DeadlineExceededError, ModelNotReadyError
+from servinglib.service import InferenceRequest
+from servinglib.watchdog import resident_memory_bytes
+from servinglib.worker import build_worker
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "reliability" / "servinglib.yaml"
+
+
+def test_a_hung_call_wedges_only_its_version_and_retires_the_worker() -> None:
+    retired = threading.Event()
+    worker = build_worker(load_config(FIXTURE, environ={}), retire=retired.set)
+    service = worker.service
+    late: list[BaseException] = []
+
+    def hang() -> None:
+        try:
+            service.infer(InferenceRequest("hanger", {"hang": True}))
+        except DeadlineExceededError as e:
+            late.append(e)
+
+    started = time.monotonic()
+    threading.Thread(target=hang, daemon=True).start()
+    assert retired.wait(30), "the watchdog never retired the worker"
+    assert 1.5 <= time.monotonic() - started < 30  # deadline 500 ms + margin 1 s
+    assert late, "the hung request was answered 504 at its deadline"
+    assert not worker.is_live()
+    assert service.wedged() == [("hanger", "1")]
+    assert not service.is_ready()
+    with pytest.raises(ModelNotReadyError, match="stuck in predict"):
+        service.infer(InferenceRequest("hanger", {}))
+    assert service.infer(InferenceRequest("steady", {})).output == {"ok": True}
+    text = worker.metrics.render()[0].decode()
+    assert 'servinglib_lost_calls_total{model="hanger",version="1"} 1.0' in text
+    assert "servinglib_worker_resident_memory_bytes " in text
+    closing = time.monotonic()
+    worker.close()  # never waits for the lost thread
+    assert time.monotonic() - closing < 10
+
+
+def test_resident_memory_is_read_from_proc() -> None:
+    before = resident_memory_bytes()
+    kept = bytearray(64 << 20)
+    kept[::4096] = b"x" * len(kept[::4096])  # touch every page
+    assert resident_memory_bytes() - before >= 60 << 20
+    del kept

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from servinglib._isolation import run_isolating
 from servinglib.config import BatchPolicy
 from servinglib.errors import (
     DeadlineExceededError,
@@ -432,31 +433,3 @@ def _settle(item: _Item, output: Any, error: BaseException | None) -> None:
         item.future.set_result(output)
     else:
         item.future.set_exception(error)
-
-
-def run_isolating(
-    run_batch: BatchFunction,
-    payloads: list[Any],
-    executed: Callable[[int], None] | None = None,
-) -> list[tuple[Any, BaseException | None]]:
-    """Run ``payloads`` as one batch; when it raises, bisect so only poison inputs fail.
-
-    Returns one ``(output, None)`` or ``(None, error)`` per payload, in order; ``executed``
-    is told the size of every batch that succeeded.
-    """
-    try:
-        outputs = run_batch(payloads)
-        if len(outputs) != len(payloads):
-            raise RuntimeError(
-                f"predict_batch returned {len(outputs)} results for {len(payloads)} inputs"
-            )
-    except BaseException as e:
-        if len(payloads) == 1:
-            return [(None, e)]
-        middle = len(payloads) // 2  # bisect: only the poison input ends up failing
-        return run_isolating(run_batch, payloads[:middle], executed) + run_isolating(
-            run_batch, payloads[middle:], executed
-        )
-    if executed is not None:
-        executed(len(payloads))
-    return [(output, None) for output in outputs]

@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from servinglib._config_checks import check_routed_versions, resolve_inside, resolve_log_url
+from servinglib._config_env import ENV_PREFIX, apply_env_overrides
 from servinglib._schema_errors import validate_against_schema
 from servinglib.compose.checks import check_compositions
 from servinglib.compose.spec import Composition, parse_composition
@@ -43,8 +44,6 @@ __all__ = [
     "load_config",
     "resolve_inside",
 ]
-
-ENV_PREFIX = "SERVINGLIB_"
 
 
 @dataclass(frozen=True)
@@ -253,31 +252,10 @@ def load_config(
         raise ConfigError(
             "the top level must be a mapping with `service` and `models`", source=label
         )
-    raw = _apply_env_overrides(raw, os.environ if environ is None else environ)
+    server_schema = config_schema()["properties"]["server"]["properties"]
+    raw = apply_env_overrides(raw, os.environ if environ is None else environ, server_schema)
     validate_against_schema(raw, config_schema(), label)
     return _build(raw, source, label)
-
-
-def _apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    server_schema = config_schema()["properties"]["server"]["properties"]
-    server = dict(raw.get("server") or {})
-    for key, spec in server_schema.items():
-        var = ENV_PREFIX + key.upper()
-        if var not in environ:
-            continue
-        value = environ[var]
-        if spec.get("type") == "integer":
-            try:
-                server[key] = int(value)
-            except ValueError as e:
-                raise ConfigError(
-                    f"{value!r} is not an integer; set a whole number", source=f"${var}"
-                ) from e
-        else:
-            server[key] = value
-    if server:
-        raw = {**raw, "server": server}
-    return raw
 
 
 RUNTIME_CLASSES = {

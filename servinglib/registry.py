@@ -15,12 +15,14 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from servinglib._importing import import_model_class
+from servinglib._load_timeout import LoadFailedError as _LoadFailedError
+from servinglib._load_timeout import with_timeout as _with_timeout
 from servinglib._tracebacks import user_frame
 from servinglib.artifacts import (
     NAME_PATTERN,
@@ -424,31 +426,3 @@ class ModelRegistry:
             record.state = state
         if self._listener:
             self._listener.version_state(record.model, record.version, state)
-
-
-class _LoadFailedError(ServinglibError):
-    """Internal: a lifecycle step failed with a readable reason."""
-
-
-def _with_timeout(
-    work: Callable[[], list[Model]], timeout_s: float, message: str, abandoned: threading.Event
-) -> list[Model]:
-    """Run ``work`` on a daemon thread; give up (it keeps running, unused) after ``timeout_s``."""
-    result: list[list[Model]] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(work())
-        except BaseException as e:
-            error.append(e)
-
-    thread = threading.Thread(target=target, name="servinglib-load", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        abandoned.set()
-        raise _LoadFailedError(message)
-    if error:
-        raise error[0]
-    return result[0]

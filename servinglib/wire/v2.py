@@ -124,8 +124,11 @@ def decode_request(
 
 
 def _request_id(raw: Any) -> str | None:
-    """The body's ``id``: echoed in the answer, so bounded and printable."""
-    if raw is None:
+    """The body's ``id``: echoed in the answer, so bounded and printable.
+
+    An empty ``id`` (what perf_analyzer sends) counts as none, as Triton treats it.
+    """
+    if raw is None or raw == "":
         return None
     if not isinstance(raw, str) or not _ID_PATTERN.fullmatch(raw):
         shown = raw[:40] if isinstance(raw, str) else type(raw).__name__

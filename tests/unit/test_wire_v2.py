@@ -346,3 +346,10 @@ def test_one_datatype_table_gives_dtypes_both_ways(datatype: str, dtype: str) ->
         assert datatype_of(np.zeros(1, dtype=numpy_dtype(datatype))) == datatype
     with pytest.raises(TypeError, match="no Open Inference datatype"):
         datatype_of(np.zeros(1, dtype=np.complex64))
+
+
+def test_an_empty_id_counts_as_none_as_triton_treats_it() -> None:
+    # perf_analyzer sends "id": "" with every request
+    body = {"id": "", "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+    decoded = decode_request(json.dumps(body).encode(), None, max_elements=10, max_depth=8)
+    assert decoded.id is None

@@ -45,9 +45,12 @@ def import_object(ref: str, root: Path, python_path: Sequence[Path] = ()) -> obj
     if module_ref.endswith(".py"):
         module = _import_file(module_ref, root)
     else:
-        for entry in (root, *python_path):
-            if str(entry) not in sys.path:
-                sys.path.insert(0, str(entry))
+        roots = (root, *python_path)
+        for entry in reversed(roots):  # this service's roots first, in their order
+            if str(entry) in sys.path:
+                sys.path.remove(str(entry))
+            sys.path.insert(0, str(entry))
+        _forget_foreign_package(module_ref.split(".", 1)[0], roots)
         try:
             module = importlib.import_module(module_ref)
         except ImportError as e:
@@ -61,6 +64,23 @@ def import_object(ref: str, root: Path, python_path: Sequence[Path] = ()) -> obj
             f"module {module_ref!r} has no attribute {class_name!r}; check the reference {ref!r}"
         )
     return found
+
+
+def _forget_foreign_package(top: str, roots: Sequence[Path]) -> None:
+    """Drop an imported package of the same name from another service (say two teams'
+    ``models``), so this service's own is imported; modules already loaded stay usable."""
+    module = sys.modules.get(top)
+    ours = any((r / top).is_dir() or (r / f"{top}.py").is_file() for r in roots)
+    if module is None or not ours:  # e.g. servinglib.runtimes: not this service's package
+        return
+    locations = [getattr(module, "__file__", None), *getattr(module, "__path__", [])]
+    resolved = [r.resolve() for r in roots]
+    if any(
+        loc and any(Path(loc).resolve().is_relative_to(r) for r in resolved) for loc in locations
+    ):
+        return
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
 
 
 def _import_file(relative: str, root: Path) -> ModuleType:

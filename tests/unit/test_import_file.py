@@ -28,3 +28,15 @@ def test_same_file_name_in_two_folders_gives_two_modules_each_imported_once(
 def test_a_missing_file_names_its_path(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"missing\.py does not exist"):
         import_file(tmp_path / "missing.py")
+
+
+def test_two_services_with_a_models_package_each_get_their_own(tmp_path: Path) -> None:
+    from servinglib._importing import import_object
+
+    for team in ("eta", "fraud"):
+        package = tmp_path / team / "collide_models"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "model.py").write_text(f"TEAM = {team!r}\n")
+    assert import_object("collide_models.model:TEAM", tmp_path / "eta") == "eta"
+    assert import_object("collide_models.model:TEAM", tmp_path / "fraud") == "fraud"

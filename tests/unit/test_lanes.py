@@ -63,3 +63,33 @@ def test_a_version_the_model_lacks_is_refused_before_the_body_is_read(
     with pytest.raises(VersionNotFoundError, match="available versions: 1, 2, 3, 4"):
         lane.require_version("9")
     lane.require_version("3")  # FAILED, but it exists: routing says why it cannot answer
+
+
+def test_exactly_the_declared_inputs_still_have_their_datatypes_checked(tmp_path: Path) -> None:
+    import numpy as np
+
+    from servinglib.errors import InvalidInputError
+
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "model.py").write_text(
+        "import servinglib\n"
+        "class Doubler(servinglib.Model):\n"
+        "    inputs = (servinglib.TensorSpec('x', 'FP32', (-1,)),)\n"
+        "    outputs = (servinglib.TensorSpec('y', 'FP32', (-1,)),)\n"
+        "    def load(self, path):\n"
+        "        pass\n"
+        "    def predict(self, features):\n"
+        "        return {'y': features['x'] * 2}\n"
+    )
+    (tmp_path / "servinglib.yaml").write_text(
+        "service: s\nmodels:\n  - name: m\n    class: model.py:Doubler\n    repository: m\n"
+        "    default_version: '1'\n    require_self_tests: false\n"
+    )
+    config = load_config(tmp_path / "servinglib.yaml", environ={})
+    registry = ModelRegistry(config)
+    registry.load_all()
+    lane = Lane(registry, config.models[0], None, None, Clock())
+    ready = registry.get("m")
+    lane.check_tensors(ready, {"x": np.ones(3, dtype=np.float32)})
+    with pytest.raises(InvalidInputError, match="has datatype INT64; the model declares FP32"):
+        lane.check_tensors(ready, {"x": np.ones(3, dtype=np.int64)})

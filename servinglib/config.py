@@ -72,6 +72,7 @@ class ServerConfig:
     log_level: str = "info"
     log_format: str = "auto"
     deadline_margin_ms: int = 50
+    compress_min_bytes: int = 65536
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class Endpoints:
         self.metrics = metrics
         self.max_body = server.max_request_body_bytes
         self.deadline_margin_ms = server.deadline_margin_ms
+        self.compress_min_bytes = server.compress_min_bytes
         self._infer = InferProtocol(server)
         self._v2 = V2Protocol(server)
 
@@ -256,7 +257,9 @@ class Exchange:
         body = self._body
         headers = [("Content-Type", self._content_type)]
         if self.protocol.compresses and self._status == 200:
-            coding = response_coding(self.header("accept-encoding"))
+            coding = None
+            if len(body) >= self._endpoints.compress_min_bytes:
+                coding = response_coding(self.header("accept-encoding"))
             if coding is not None:
                 body = encode_body(body, coding)
                 headers.append(("Content-Encoding", coding))

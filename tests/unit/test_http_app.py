@@ -373,8 +373,9 @@ def test_v2_infer_compressed_both_ways(client: FlaskClient) -> None:
     import gzip
     import zlib
 
+    values = [1.5, 2.0, 3.0] * 10_000  # an answer above server.compress_min_bytes (64 KiB)
     body = json.dumps(
-        {"inputs": [{"name": "a", "shape": [3], "datatype": "FP64", "data": [1.5, 2, 3]}]}
+        {"inputs": [{"name": "a", "shape": [len(values)], "datatype": "FP64", "data": values}]}
     ).encode()
     for coding, packed in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
         response = client.post(
@@ -388,6 +389,11 @@ def test_v2_infer_compressed_both_ways(client: FlaskClient) -> None:
         answer = (
             gzip.decompress(response.data) if coding == "gzip" else zlib.decompress(response.data)
         )
-        assert json.loads(answer)["outputs"][0]["data"] == [1.5, 2.0, 3.0]
+        assert json.loads(answer)["outputs"][0]["data"] == values
     plain = client.post("/v2/models/echo/infer", data=body)
     assert "Content-Encoding" not in plain.headers
+    small = json.dumps(
+        {"inputs": [{"name": "a", "shape": [3], "datatype": "FP64", "data": [1.5, 2, 3]}]}
+    ).encode()
+    answer = client.post("/v2/models/echo/infer", data=small, headers={"Accept-Encoding": "gzip"})
+    assert "Content-Encoding" not in answer.headers  # below compress_min_bytes: not worth it

@@ -20,12 +20,6 @@ from typing import Any
 
 from servinglib.config import ServerConfig
 from servinglib.errors import ServinglibError
-from servinglib.http._content_coding import (
-    ContentCodingError,
-    decode_body,
-    encode_body,
-    response_coding,
-)
 from servinglib.http._context import REQUEST_ID_HEADER, VERSION_HEADER, log_request, request_id_from
 from servinglib.http._payload import (
     ENVOY_TIMEOUT_HEADER,
@@ -36,6 +30,12 @@ from servinglib.http._protocols import Encoded, InferProtocol, JsonProtocol, V2P
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.service import InferenceRequest, InferenceService, Prediction
+from servinglib.wire.content_coding import (
+    ContentCodingError,
+    decode_body,
+    encode_body,
+    response_coding,
+)
 
 __all__ = ["Endpoints", "Exchange", "Reply"]
 

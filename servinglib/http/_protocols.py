@@ -16,11 +16,11 @@ from servinglib import jsonbytes
 from servinglib.config import ServerConfig
 from servinglib.errors import InvalidInputError, NonFiniteOutputError, PredictionError
 from servinglib.http._payload import request_priority
-from servinglib.http._v2_framing import json_header_length
 from servinglib.http.errors import HttpError
 from servinglib.service import InferenceRequest, Prediction
 from servinglib.wire.strict_json import parse_json
 from servinglib.wire.v2 import InferRequest, decode_request, encode_response
+from servinglib.wire.v2_framing import json_header_length
 
 __all__ = ["HEADER_LENGTH", "Encoded", "Head", "InferProtocol", "JsonProtocol", "V2Protocol"]
 

@@ -15,10 +15,10 @@ from servinglib.http._payload import check_transfer_coding
 from servinglib.http.asgi import AsgiFrontEnd
 from servinglib.http.drift import drift_blueprint
 from servinglib.http.errors import register_error_handlers
-from servinglib.http.openapi import openapi_document
 from servinglib.http.v2 import v2_blueprint
 from servinglib.http.wsgi import WsgiFrontEnd
 from servinglib.monitoring.metrics import ServingMetrics
+from servinglib.openapi import openapi_document
 from servinglib.service import InferenceService
 
 __all__ = ["ServingApp", "create_app", "create_asgi_app"]

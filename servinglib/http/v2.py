@@ -9,8 +9,8 @@ from flask import Blueprint, Response, current_app, jsonify
 from servinglib.batch_rows import splits_rows
 from servinglib.errors import InvalidInputError, public_reason
 from servinglib.http._payload import json_body, request_bytes
-from servinglib.http._triton_config import tensor_metadata, triton_model_config
 from servinglib.service import InferenceService
+from servinglib.triton_config import tensor_metadata, triton_model_config
 
 __all__ = ["v2_blueprint"]
 

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from servinglib.http._content_coding import (
+from servinglib.wire.content_coding import (
     ContentCodingError,
     decode_body,
     encode_body,

@@ -8,8 +8,8 @@ import pytest
 from servinglib.batch_rows import split_rows, splits_rows, stack_rows
 from servinglib.config import BatchPolicy
 from servinglib.errors import InvalidInputError
-from servinglib.http._triton_config import tensor_metadata, triton_model_config
 from servinglib.model import TensorSpec
+from servinglib.triton_config import tensor_metadata, triton_model_config
 
 ONNX_IN = (TensorSpec("pixels", "FP32", (-1, 64)),)
 ONNX_OUT = (TensorSpec("label", "INT64", (-1,)),)

@@ -154,17 +154,18 @@ def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
     columns = {name: batch.column(name) for name in names}
     tensors = _tensor_rows(columns) if spec.numpy_lists else {}
     plain = [n for n in names if n not in tensors]
-    features = batch.select(plain).to_pylist() if plain else [{} for _ in range(batch.num_rows)]
-    if tensors:
-        for name, rows in tensors.items():
-            for row, value in zip(features, rows, strict=True):
-                row[name] = value
-        if len(names) > 1:  # keep the column order of the input
-            features = [{n: f[n] for n in names} for f in features]
+    features: list[Any]
+    if not tensors:
+        features = batch.select(plain).to_pylist()
+    elif len(names) == 1:
+        features = [{names[0]: value} for value in tensors[names[0]]]
+    else:  # keep the column order of the input
+        values = [tensors[n] if n in tensors else columns[n].to_pylist() for n in names]
+        features = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
     errors: list[str | None] = [None] * batch.num_rows
     for name, column in columns.items():
         bad = non_finite_rows(column)
-        for row in np.flatnonzero(bad):
+        for row in np.flatnonzero(bad).tolist():
             errors[row] = errors[row] or (
                 f"invalid input: features.{name} holds NaN or Infinity, which JSON requests "
                 "cannot carry; send a number or null"
@@ -207,6 +208,10 @@ def _views(column: pa.Array) -> list[np.ndarray] | None:
     if inner is None:
         return None
     offsets = np.asarray(column.offsets.to_numpy()) - column.offsets[0].as_py()
+    lengths = np.diff(offsets)
+    if len(inner) == offsets[-1] and (lengths == lengths[0]).all():
+        # every row as long: one reshape, then views made in C instead of a slice per row
+        return list(inner[: offsets[-1]].reshape(len(column), int(lengths[0]), *inner.shape[1:]))
     return [inner[offsets[i] : offsets[i + 1]] for i in range(len(column))]
 
 

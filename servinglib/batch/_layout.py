@@ -127,25 +127,32 @@ class OutputLayout:
         if self.id_column and ids is not None:
             ids = ids.cast(schema.field(self.id_column).type)
         arrays: list[pa.Array] = [ids] if self.id_column and ids is not None else []
+        clean = errors.count(None) == rows  # no row failed yet: no per-row error checks
         for name, type_name in self.columns:
-            if self.keyed:
+            if self.keyed and clean:
+                values = [output.get(name) for output in outputs]
+            elif self.keyed:
                 values = [None if errors[i] else outputs[i].get(name) for i in range(rows)]
+            elif clean:
+                values = list(outputs)
             else:
                 values = [None if errors[i] else outputs[i] for i in range(rows)]
             arrays.append(self._column(name, type_name, values, errors))
         # a later column may have failed a row whose earlier columns were filled: blank them
-        failed = pa.array([e is not None for e in errors], pa.bool_())
         start = 1 if self.id_column and ids is not None else 0
-        if any(e is not None for e in errors):
+        if errors.count(None) != rows:
+            failed = pa.array([e is not None for e in errors], pa.bool_())
             for j in range(start, len(arrays)):
                 arrays[j] = pc.if_else(failed, pa.scalar(None, arrays[j].type), arrays[j])
-        arrays.append(pa.array([model] * rows, pa.string()))
-        arrays.append(pa.array([version] * rows, pa.string()))
+        arrays.append(pa.repeat(pa.scalar(model, pa.string()), rows))
+        arrays.append(pa.repeat(pa.scalar(version, pa.string()), rows))
         arrays.append(pa.array(errors, pa.string()))
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def _check_keys(self, outputs: Sequence[Any], errors: list[str | None]) -> None:
         keys = {name for name, _ in self.columns}
+        if all(type(output) is dict for output in outputs) and all(map(keys.issuperset, outputs)):
+            return  # the common case, in two passes at C speed
         for row, output in enumerate(outputs):
             if errors[row] is not None:
                 continue
@@ -218,16 +225,19 @@ class OutputLayout:
 
 def _stacked(values: list[Any], datatype: pa.DataType) -> pa.Array | None:
     """A list column from same-shaped NumPy arrays in one copy (None rows: zeros, nulled later)."""
-    arrays = [v for v in values if v is not None]
-    if not (pa.types.is_list(datatype) and arrays) or not all(
-        isinstance(v, np.ndarray) for v in arrays
-    ):
+    if not pa.types.is_list(datatype):
         return None
-    shape = arrays[0].shape
-    if not shape or any(v.shape != shape for v in arrays):
+    first = next((v for v in values if v is not None), None)
+    if type(first) is not np.ndarray or not first.shape:
         return None
-    blank = np.zeros(shape, dtype=arrays[0].dtype)
-    stacked = np.stack([blank if v is None else v for v in values])
+    shape, dtype = first.shape, first.dtype
+    if not all(v is None or (type(v) is np.ndarray and v.shape == shape) for v in values):
+        return None
+    if any(v is None for v in values):
+        blank = np.zeros(shape, dtype=dtype)
+        values = [blank if v is None else v for v in values]
+    # one concatenate along axis 0 (same shapes), not np.stack's new axis per array
+    stacked = np.concatenate(values).reshape(len(values), *shape)
     leaf = datatype
     while pa.types.is_list(leaf):
         leaf = leaf.value_type

@@ -11,7 +11,7 @@ the online batcher.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,30 +55,69 @@ class BatchScorer:
         """The output rows of ``batch``, in input order, one per input row."""
         rows = rows_to_features(batch, self.features)
         errors = self._validator.errors(rows.features, rows.columns, rows.errors)
-        payloads: list[Any] = []
-        positions: list[int] = []
-        for i, features in enumerate(rows.features):
-            if errors[i] is not None:
-                continue
-            try:
-                payloads.append(self.model.prepare(features) if self._prepares else features)
-            except Exception as e:
-                errors[i] = describe_error(e)
-                continue
-            positions.append(i)
+        payloads, positions = self._payloads(rows.features, errors)
         outputs: list[Any] = [None] * batch.num_rows
         for start in range(0, len(payloads), self.batch_size):
-            results = run_isolating(
-                self.model.predict_batch, payloads[start : start + self.batch_size]
-            )
-            for i, (output, error) in zip(
-                positions[start : start + self.batch_size], results, strict=True
-            ):
-                if error is not None:
-                    if not isinstance(error, Exception):
-                        raise error  # KeyboardInterrupt, SystemExit: stop the job
-                    errors[i] = describe_error(error)
-                else:
+            chunk = payloads[start : start + self.batch_size]
+            where = positions[start : start + self.batch_size]
+            results = self._predict(chunk)
+            if isinstance(results, Exception):
+                for i, (output, error) in zip(where, self._isolate(chunk, results), strict=True):
+                    if error is not None:
+                        if not isinstance(error, Exception):
+                            raise error  # KeyboardInterrupt, SystemExit: stop the job
+                        errors[i] = describe_error(error)
+                    else:
+                        outputs[i] = output
+            elif isinstance(where, range):
+                outputs[where.start : where.stop] = results  # every row of the slice answered
+            else:
+                for i, output in zip(where, results, strict=True):
                     outputs[i] = output
         ids = batch.column(self.features.id_column) if self.features.id_column else None
         return self.layout.table(ids, outputs, errors, self.model_name, self.version)
+
+    def _payloads(
+        self, features: list[Any], errors: list[str | None]
+    ) -> tuple[list[Any], Sequence[int]]:
+        """What ``predict_batch`` receives for the rows still valid, and their positions."""
+        if not self._prepares:
+            if errors.count(None) == len(errors):
+                return features, range(len(features))  # the common case: no copies
+            positions = [i for i, e in enumerate(errors) if e is None]
+            return [features[i] for i in positions], positions
+        payloads: list[Any] = []
+        kept: list[int] = []
+        for i, row in enumerate(features):
+            if errors[i] is not None:
+                continue
+            try:
+                payloads.append(self.model.prepare(row))
+            except Exception as e:
+                errors[i] = describe_error(e)
+                continue
+            kept.append(i)
+        return payloads, kept
+
+    def _predict(self, payloads: list[Any]) -> list[Any] | Exception:
+        """One ``predict_batch`` over ``payloads``: its outputs, or what it raised."""
+        try:
+            results = self.model.predict_batch(payloads)
+            if len(results) != len(payloads):
+                raise RuntimeError(
+                    f"predict_batch returned {len(results)} results for {len(payloads)} inputs"
+                )
+        except Exception as e:
+            return e
+        return list(results)
+
+    def _isolate(
+        self, payloads: list[Any], error: Exception
+    ) -> list[tuple[Any, BaseException | None]]:
+        """After ``payloads`` failed as one batch: bisect it so only the poison rows fail."""
+        if len(payloads) == 1:
+            return [(None, error)]
+        middle = len(payloads) // 2
+        return run_isolating(self.model.predict_batch, payloads[:middle]) + run_isolating(
+            self.model.predict_batch, payloads[middle:]
+        )

@@ -166,6 +166,7 @@ class Lane:
         try:
             if len(specs) == len(tensors) and all(spec.name in tensors for spec in specs):
                 for spec in specs:  # the usual request: exactly the declared inputs
+                    check_declared_datatype(self.name, spec.name, spec.datatype, tensors[spec.name])
                     spec.check(self.name, tensors[spec.name].shape)
                 return
             declared = {spec.name: spec for spec in specs}

@@ -59,8 +59,16 @@ def metrics() -> Response:
 @ops_blueprint.get("/openapi.json")
 def openapi() -> Response:
     """OpenAPI 3.1 description of every public endpoint and each model's input schema."""
-    service: InferenceService = current_app.extensions["servinglib.service"]
-    return jsonify(openapi_document(service.registry.config))
+    registry = current_app.extensions["servinglib.service"].registry
+    declared = {
+        name: {
+            record.version: record.ready.instance.inputs
+            for record in registry.records(name)
+            if record.ready is not None
+        }
+        for name in registry.model_names()
+    }
+    return jsonify(openapi_document(registry.config, declared))
 
 
 def _refuse_transfer_codings() -> None:

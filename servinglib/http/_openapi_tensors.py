@@ -1,0 +1,106 @@
+"""JSON Schemas of Open Inference request tensors, exact for the inputs a model declares.
+
+A tensor's ``data`` must hold exactly the product of its ``shape`` elements, which JSON
+Schema cannot compute. For a declared input with fixed dimensions the shape is a constant,
+so the element count is one too (``minItems`` = ``maxItems``); an input with one ``-1``
+dimension is listed as one variant per size of that dimension, from 1 to ``listed_sizes``.
+Element values are bounded to what the datatype holds (an FP32 value past 3.4e38 is a 400).
+
+Example::
+
+    tensor = declared_tensor(TensorSpec("x", "FP64", (2,)), listed_sizes=8)
+    # {"properties": {"shape": {"const": [2]}, "data": {"minItems": 2, "maxItems": 2, ...}}}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from servinglib.model import TensorSpec
+from servinglib.wire.datatypes import numpy_dtype
+
+__all__ = ["PARAMETERS", "declared_inputs", "element_schema"]
+
+PARAMETERS = {
+    "type": "object",
+    "description": "Open Inference parameters (e.g. binary_data_size, binary_data, priority).",
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+
+_FLOAT_LIMITS = {"FP16": 65504.0, "FP32": float(np.finfo(np.float32).max)}
+
+
+def element_schema(datatype: str) -> dict[str, Any]:
+    """One element of ``data`` for ``datatype``: its JSON type and the range it holds."""
+    if datatype == "BYTES":
+        return {"type": "string"}
+    if datatype == "BOOL":
+        return {"type": "boolean"}
+    dtype = numpy_dtype(datatype)  # BF16 is served as FP32
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return {"type": "integer", "minimum": int(info.min), "maximum": int(info.max)}
+    limit = _FLOAT_LIMITS.get(datatype, float(np.finfo(dtype).max))
+    return {"type": "number", "minimum": -limit, "maximum": limit}
+
+
+def _tensor(spec: TensorSpec, shape: Sequence[int]) -> dict[str, Any]:
+    count = math.prod(shape)
+    return {
+        "type": "object",
+        "required": ["name", "shape", "datatype", "data"],
+        "properties": {
+            "name": {"const": spec.name},
+            "shape": {"const": list(shape)},
+            "datatype": {"const": spec.datatype},
+            # binary_data_size needs the binary extension's header: a JSON body gives data
+            "parameters": PARAMETERS | {"properties": {"binary_data_size": False}},
+            "data": {
+                "type": "array",
+                "minItems": count,
+                "maxItems": count,
+                "items": element_schema(spec.datatype),
+            },
+        },
+    }
+
+
+def declared_tensor(spec: TensorSpec, listed_sizes: int) -> dict[str, Any] | None:
+    """The exact schema of ``spec`` as a JSON tensor, or None when it has several ``-1``
+    dimensions (too many shapes to list)."""
+    free = [i for i, dimension in enumerate(spec.shape) if dimension == -1]
+    if not free:
+        return _tensor(spec, spec.shape)
+    if len(free) > 1:
+        return None
+    variants = []
+    for size in range(1, listed_sizes + 1):
+        shape = [size if dimension == -1 else dimension for dimension in spec.shape]
+        variants.append(_tensor(spec, shape))
+    return {
+        "description": f"{spec.name}: shape {list(spec.shape)}; sizes 1 to {listed_sizes} of "
+        "the -1 dimension are listed here, larger ones are accepted up to "
+        "server.max_tensor_elements",
+        "oneOf": variants,
+    }
+
+
+def declared_inputs(specs: Sequence[TensorSpec], listed_sizes: int) -> dict[str, Any] | None:
+    """The ``inputs`` list of a request to a model declaring ``specs``: each declared input
+    exactly once, in any order; None when an input's shapes are too many to list."""
+    tensors = [declared_tensor(spec, listed_sizes) for spec in specs]
+    if not specs or any(tensor is None for tensor in tensors):
+        return None
+    return {
+        "type": "array",
+        "minItems": len(specs),
+        "maxItems": len(specs),
+        "items": {"oneOf": tensors},
+        # each declared name once (a name twice is a 400): with as many items as inputs,
+        # every name present means no name repeated
+        "allOf": [{"contains": {"properties": {"name": {"const": s.name}}}} for s in specs],
+    }

@@ -1,0 +1,87 @@
+"""The OpenAPI infer operations of a model that declares its inputs are exact: the server
+accepts what their schema allows and refuses what it refuses (schemathesis checks the
+first half at scale in tests/integration/test_openapi_fuzzing.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from flask.testing import FlaskClient
+
+from servinglib.http._openapi_tensors import declared_inputs, element_schema
+from servinglib.model import TensorSpec
+from servinglib.serve.app import create_app_from_config
+from tests.integration.test_openapi_fuzzing import fuzz_service
+
+
+@pytest.fixture(scope="module")
+def declared(tmp_path_factory: pytest.TempPathFactory) -> FlaskClient:
+    """The fixture service whose scorer declares ``x``: FP64, shape [1]."""
+    return create_app_from_config(fuzz_service(tmp_path_factory.mktemp("svc"))).test_client()
+
+
+def request_schema(client: FlaskClient, path: str) -> dict[str, Any]:
+    document = client.get("/openapi.json").get_json()
+    operation = document["paths"][path]["post"]
+    schema = operation["requestBody"]["content"]["application/json"]["schema"]
+    return schema | {"components": document["components"]}
+
+
+def test_declared_inputs_get_their_own_operations_the_rest_share_one(
+    declared: FlaskClient,
+) -> None:
+    paths = declared.get("/openapi.json").get_json()["paths"]
+    assert "/v2/models/scorer/infer" in paths
+    assert "/v2/models/scorer/versions/{version}/infer" in paths
+    versioned = paths["/v2/models/scorer/versions/{version}/infer"]["post"]
+    assert "parameters" in paths["/v2/models/scorer/versions/{version}/infer"]
+    assert "Inference-Header-Content-Length" in versioned["description"]
+    model = paths["/v2/models/{model}/infer"]["parameters"][0]["schema"]["enum"]
+    assert "scorer" not in model
+    assert "echo" in model
+
+
+def test_what_the_schema_allows_and_refuses_matches_the_server(declared: FlaskClient) -> None:
+    schema = request_schema(declared, "/v2/models/scorer/infer")
+    good = {"inputs": [{"name": "x", "shape": [], "datatype": "FP64", "data": [2.5]}]}
+    jsonschema.validate(good, schema)
+    assert declared.post("/v2/models/scorer/infer", json=good).status_code == 200
+    wrong = [
+        {"name": "x", "shape": [2], "datatype": "FP64", "data": [2.5]},  # data != shape
+        {"name": "x", "shape": [], "datatype": "INT64", "data": [2]},  # no silent cast
+        {"name": "y", "shape": [], "datatype": "FP64", "data": [2.5]},
+        {
+            "name": "x",
+            "shape": [],
+            "datatype": "FP64",
+            "data": [2.5],
+            "parameters": {"binary_data_size": 8},
+        },
+    ]
+    for tensor in wrong:
+        body = {"inputs": [tensor]}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(body, schema)
+        response = declared.post("/v2/models/scorer/infer", json=body)
+        assert response.status_code == 400, (tensor, response.get_json())
+
+
+@pytest.mark.parametrize(
+    ("datatype", "inside", "outside"),
+    [("FP32", 3.0e38, 3.5e38), ("FP16", 65504, 65600), ("UINT8", 255, 256), ("INT8", -128, -129)],
+)
+def test_element_bounds_follow_the_datatype(datatype: str, inside: float, outside: float) -> None:
+    jsonschema.validate(inside, element_schema(datatype))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(outside, element_schema(datatype))
+
+
+def test_one_free_dimension_lists_sizes_several_are_left_generic() -> None:
+    listed = declared_inputs([TensorSpec("p", "FP32", (-1, 3))], listed_sizes=2)
+    assert listed is not None
+    variants = listed["items"]["oneOf"][0]["oneOf"]
+    assert [v["properties"]["data"]["maxItems"] for v in variants] == [3, 6]
+    assert declared_inputs([TensorSpec("p", "FP32", (-1, -1))], listed_sizes=2) is None
+    assert declared_inputs([], listed_sizes=2) is None

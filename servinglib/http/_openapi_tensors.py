@@ -4,24 +4,27 @@ A tensor's ``data`` must hold exactly the product of its ``shape`` elements, whi
 Schema cannot compute. For a declared input with fixed dimensions the shape is a constant,
 so the element count is one too (``minItems`` = ``maxItems``); an input with one ``-1``
 dimension is listed as one variant per size of that dimension, from 1 to ``listed_sizes``.
-Element values are bounded to what the datatype holds (an FP32 value past 3.4e38 is a 400).
+Element values are bounded to what the datatype holds (an FP32 value past 3.4e38 is a 400)
+and by the model's ``input_schema`` property of the same name (see
+:mod:`servinglib.wire.tensor_bounds`).
 
 Example::
 
-    tensor = declared_tensor(TensorSpec("x", "FP64", (2,)), listed_sizes=8)
+    tensor = declared_tensor(TensorSpec("x", "FP64", (2,)), listed_sizes=8, bounds={})
     # {"properties": {"shape": {"const": [2]}, "data": {"minItems": 2, "maxItems": 2, ...}}}
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from servinglib.model import TensorSpec
 from servinglib.wire.datatypes import numpy_dtype
+from servinglib.wire.tensor_bounds import element_bounds
 
 __all__ = ["PARAMETERS", "declared_inputs", "element_schema"]
 
@@ -48,8 +51,16 @@ def element_schema(datatype: str) -> dict[str, Any]:
     return {"type": "number", "minimum": -limit, "maximum": limit}
 
 
-def _tensor(spec: TensorSpec, shape: Sequence[int]) -> dict[str, Any]:
+def _tensor(spec: TensorSpec, shape: Sequence[int], bounds: Mapping[str, Any]) -> dict[str, Any]:
     count = math.prod(shape)
+    element = element_schema(spec.datatype)
+    if spec.datatype == "BYTES" and "maxLength" in bounds:
+        element["maxLength"] = bounds["maxLength"]
+    elif element["type"] in ("number", "integer"):
+        if "minimum" in bounds:
+            element["minimum"] = max(element["minimum"], bounds["minimum"])
+        if "maximum" in bounds:
+            element["maximum"] = min(element["maximum"], bounds["maximum"])
     return {
         "type": "object",
         "required": ["name", "shape", "datatype", "data"],
@@ -63,24 +74,27 @@ def _tensor(spec: TensorSpec, shape: Sequence[int]) -> dict[str, Any]:
                 "type": "array",
                 "minItems": count,
                 "maxItems": count,
-                "items": element_schema(spec.datatype),
+                "items": element,
             },
         },
     }
 
 
-def declared_tensor(spec: TensorSpec, listed_sizes: int) -> dict[str, Any] | None:
-    """The exact schema of ``spec`` as a JSON tensor, or None when it has several ``-1``
-    dimensions (too many shapes to list)."""
+def declared_tensor(
+    spec: TensorSpec, listed_sizes: int, bounds: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The exact schema of ``spec`` as a JSON tensor (elements within ``bounds``, see
+    :mod:`servinglib.wire.tensor_bounds`), or None when it has several ``-1`` dimensions
+    (too many shapes to list)."""
     free = [i for i, dimension in enumerate(spec.shape) if dimension == -1]
     if not free:
-        return _tensor(spec, spec.shape)
+        return _tensor(spec, spec.shape, bounds)
     if len(free) > 1:
         return None
     variants = []
     for size in range(1, listed_sizes + 1):
         shape = [size if dimension == -1 else dimension for dimension in spec.shape]
-        variants.append(_tensor(spec, shape))
+        variants.append(_tensor(spec, shape, bounds))
     return {
         "description": f"{spec.name}: shape {list(spec.shape)}; sizes 1 to {listed_sizes} of "
         "the -1 dimension are listed here, larger ones are accepted up to "
@@ -89,10 +103,17 @@ def declared_tensor(spec: TensorSpec, listed_sizes: int) -> dict[str, Any] | Non
     }
 
 
-def declared_inputs(specs: Sequence[TensorSpec], listed_sizes: int) -> dict[str, Any] | None:
+def declared_inputs(
+    specs: Sequence[TensorSpec],
+    listed_sizes: int,
+    input_schema: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """The ``inputs`` list of a request to a model declaring ``specs``: each declared input
     exactly once, in any order; None when an input's shapes are too many to list."""
-    tensors = [declared_tensor(spec, listed_sizes) for spec in specs]
+    tensors = [
+        declared_tensor(spec, listed_sizes, element_bounds(input_schema, spec.name))
+        for spec in specs
+    ]
     if not specs or any(tensor is None for tensor in tensors):
         return None
     return {

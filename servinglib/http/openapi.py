@@ -91,7 +91,11 @@ def _v2_infer_paths(
     for m in config.models:
         versions = declared.get(m.name, {})
         specs = {tuple(s) for s in versions.values()}
-        inputs = declared_inputs(next(iter(specs)), LISTED_SIZES) if len(specs) == 1 else None
+        inputs = (
+            declared_inputs(next(iter(specs)), LISTED_SIZES, m.input_schema)
+            if len(specs) == 1
+            else None
+        )
         if inputs is None:
             generic.append(m.name)
             continue

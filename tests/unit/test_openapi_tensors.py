@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
+import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
+from servinglib.errors import InvalidInputError
 from servinglib.http._openapi_tensors import declared_inputs, element_schema
 from servinglib.model import TensorSpec
 from servinglib.serve.app import create_app_from_config
+from servinglib.wire.tensor_bounds import check_bounds, element_bounds
 from tests.integration.test_openapi_fuzzing import fuzz_service
 
 
@@ -51,6 +54,7 @@ def test_what_the_schema_allows_and_refuses_matches_the_server(declared: FlaskCl
     wrong = [
         {"name": "x", "shape": [2], "datatype": "FP64", "data": [2.5]},  # data != shape
         {"name": "x", "shape": [], "datatype": "INT64", "data": [2]},  # no silent cast
+        {"name": "x", "shape": [], "datatype": "FP64", "data": [1e301]},  # input_schema bound
         {"name": "y", "shape": [], "datatype": "FP64", "data": [2.5]},
         {
             "name": "x",
@@ -85,3 +89,25 @@ def test_one_free_dimension_lists_sizes_several_are_left_generic() -> None:
     assert [v["properties"]["data"]["maxItems"] for v in variants] == [3, 6]
     assert declared_inputs([TensorSpec("p", "FP32", (-1, -1))], listed_sizes=2) is None
     assert declared_inputs([], listed_sizes=2) is None
+
+
+def test_input_schema_bounds_reach_the_tensor_of_the_same_name() -> None:
+    schema = {
+        "properties": {
+            "m": {"type": "array", "items": {"type": "number", "minimum": -1, "maximum": 1}},
+            "text": {"type": "string", "maxLength": 3},
+        }
+    }
+    assert element_bounds(schema, "m") == {"minimum": -1, "maximum": 1}
+    assert element_bounds(schema, "other") == {}
+    assert element_bounds(None, "m") == {}
+    check_bounds(np.array([-1.0, 1.0]), element_bounds(schema, "m"), "m")
+    with pytest.raises(InvalidInputError, match="above its maximum 1"):
+        check_bounds(np.array([0.5, 2.0]), element_bounds(schema, "m"), "m")
+    text = np.array(["abé".encode(), b"abcd"], dtype=object)
+    with pytest.raises(InvalidInputError, match="longer than 3 characters"):
+        check_bounds(text, element_bounds(schema, "text"), "text")
+    check_bounds(text[:1], element_bounds(schema, "text"), "text")  # 3 characters, 4 bytes
+    listed = declared_inputs([TensorSpec("text", "BYTES", (1,))], 1, schema)
+    assert listed is not None
+    assert listed["items"]["oneOf"][0]["properties"]["data"]["items"]["maxLength"] == 3

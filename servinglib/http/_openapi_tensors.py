@@ -26,11 +26,12 @@ from servinglib.model import TensorSpec
 from servinglib.wire.datatypes import numpy_dtype
 from servinglib.wire.tensor_bounds import element_bounds
 
-__all__ = ["PARAMETERS", "declared_inputs", "element_schema"]
+__all__ = ["PARAMETERS", "declared_inputs", "declared_outputs", "element_schema"]
 
 PARAMETERS = {
     "type": "object",
-    "description": "Open Inference parameters (e.g. binary_data_size, binary_data, priority).",
+    "description": "Open Inference parameters (e.g. binary_data_size, binary_data, priority): "
+    "strings, numbers or booleans.",
     "additionalProperties": {"type": ["string", "number", "boolean"]},
 }
 
@@ -124,4 +125,16 @@ def declared_inputs(
         # each declared name once (a name twice is a 400): with as many items as inputs,
         # every name present means no name repeated
         "allOf": [{"contains": {"properties": {"name": {"const": s.name}}}} for s in specs],
+    }
+
+
+def declared_outputs(specs: Sequence[TensorSpec]) -> dict[str, Any]:
+    """The ``outputs`` list of a request: names among the declared outputs (others are a 400)."""
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"enum": [spec.name for spec in specs]}},
+        },
     }

@@ -62,7 +62,7 @@ def openapi() -> Response:
     registry = current_app.extensions["servinglib.service"].registry
     declared = {
         name: {
-            record.version: record.ready.instance.inputs
+            record.version: record.ready.instance
             for record in registry.records(name)
             if record.ready is not None
         }

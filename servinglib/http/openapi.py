@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib.metadata import version as package_version
 from typing import Any
 
 from servinglib.config import ServiceConfig
-from servinglib.http._openapi_tensors import PARAMETERS, declared_inputs
-from servinglib.model import TensorSpec
+from servinglib.http._openapi_tensors import PARAMETERS, declared_inputs, declared_outputs
+from servinglib.model import Model
 from servinglib.wire.datatypes import DATATYPES
 from servinglib.wire.tensor_checks import MAX_DIMENSIONS
 from servinglib.wire.v2 import MAX_ID_LENGTH
@@ -80,7 +80,7 @@ def _tensor_schema(max_elements: int, request: bool) -> dict[str, Any]:
 
 def _v2_infer_paths(
     config: ServiceConfig,
-    declared: Mapping[str, Mapping[str, Sequence[TensorSpec]]],
+    declared: Mapping[str, Mapping[str, Model]],
     operation: Any,
     model_param: dict[str, Any],
 ) -> dict[str, Any]:
@@ -90,17 +90,21 @@ def _v2_infer_paths(
     generic = []
     for m in config.models:
         versions = declared.get(m.name, {})
-        specs = {tuple(s) for s in versions.values()}
+        specs = {(tuple(i.inputs), tuple(i.outputs)) for i in versions.values()}
         inputs = (
-            declared_inputs(next(iter(specs)), LISTED_SIZES, m.input_schema)
+            declared_inputs(next(iter(specs))[0], LISTED_SIZES, m.input_schema)
             if len(specs) == 1
             else None
         )
         if inputs is None:
             generic.append(m.name)
             continue
+        exact: dict[str, Any] = {"inputs": inputs}
+        outputs = next(iter(specs))[1]
+        if outputs:  # a request may name only those
+            exact["outputs"] = declared_outputs(outputs)
         request = {"$ref": "#/components/schemas/V2InferRequest"}
-        op = operation({"allOf": [request, {"properties": {"inputs": inputs}}]})
+        op = operation({"allOf": [request, {"properties": exact}]})
         version = {
             "name": "version",
             "in": "path",
@@ -120,12 +124,12 @@ def _v2_infer_paths(
 
 def openapi_document(
     config: ServiceConfig,
-    declared: Mapping[str, Mapping[str, Sequence[TensorSpec]]] | None = None,
+    declared: Mapping[str, Mapping[str, Model]] | None = None,
 ) -> dict[str, Any]:
     """OpenAPI description of every public endpoint, with each model's input schema.
 
-    ``declared`` maps each model to the inputs each of its ready versions declares; a model
-    found there gets infer operations whose request schema is exact.
+    ``declared`` maps each model to its ready versions' instances; a model whose versions
+    declare the same inputs gets infer operations whose request schema is exact.
     """
     names = [m.name for m in config.models]
     max_elements = config.server.max_tensor_elements
@@ -347,7 +351,9 @@ def openapi_document(
                                 "required": ["name"],
                                 "properties": {
                                     "name": {"type": "string"},
-                                    "parameters": _PARAMETERS,
+                                    # the classification extension is a 400
+                                    "parameters": _PARAMETERS
+                                    | {"properties": {"classification": False}},
                                 },
                             },
                         },

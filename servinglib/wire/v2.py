@@ -158,6 +158,11 @@ def _parameters(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     params = obj.get("parameters", {})
     if not isinstance(params, dict):
         raise InvalidInputError(f"{where}.parameters must be an object")
+    for key, value in params.items():  # the protocol's parameter values are scalars
+        if not isinstance(value, str | int | float):  # bool is an int
+            raise InvalidInputError(
+                f"{where}.parameters[{key!r}] must be a string, number or boolean"
+            )
     return params
 
 

@@ -29,7 +29,8 @@ def fuzz_service(tmp_path: Path) -> Path:
     text = text.replace("        explode: {type: boolean}\n", "")
     text = text.replace(
         "      additionalProperties: false\n",
-        "      additionalProperties: false\n    inputs: [{name: x, datatype: FP64, shape: []}]\n",
+        "      additionalProperties: false\n    inputs: [{name: x, datatype: FP64, shape: []}]\n"
+        "    outputs: [{name: score, datatype: FP64, shape: []}]\n",
         1,
     )
     config = tmp_path / "servinglib.yaml"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from servinglib.model import TensorSpec
-from servinglib.wire.datatypes import numpy_dtype
+from servinglib.wire.datatypes import DATATYPES, numpy_dtype
 from servinglib.wire.tensor_bounds import element_bounds
 
 __all__ = ["PARAMETERS", "declared_inputs", "declared_outputs", "element_schema"]
@@ -54,6 +54,7 @@ def element_schema(datatype: str) -> dict[str, Any]:
 
 def _tensor(spec: TensorSpec, shape: Sequence[int], bounds: Mapping[str, Any]) -> dict[str, Any]:
     count = math.prod(shape)
+    dtype = numpy_dtype(spec.datatype)
     element = element_schema(spec.datatype)
     if spec.datatype == "BYTES" and "maxLength" in bounds:
         element["maxLength"] = bounds["maxLength"]
@@ -68,7 +69,8 @@ def _tensor(spec: TensorSpec, shape: Sequence[int], bounds: Mapping[str, Any]) -
         "properties": {
             "name": {"const": spec.name},
             "shape": {"const": list(shape)},
-            "datatype": {"const": spec.datatype},
+            # datatypes decoded to the same NumPy type are accepted (BF16 for FP32)
+            "datatype": {"enum": [d for d in DATATYPES if numpy_dtype(d) == dtype]},
             # binary_data_size needs the binary extension's header: a JSON body gives data
             "parameters": PARAMETERS | {"properties": {"binary_data_size": False}},
             "data": {

@@ -213,9 +213,7 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
     return array
 
 
-def _flatten(data: Any) -> list[Any]:
-    if not isinstance(data, list):
-        return [data]
+def _flatten(data: list[Any]) -> list[Any]:
     if list not in map(type, data):  # already flat, as most clients send it (a C loop)
         return data
     out: list[Any] = []
@@ -237,6 +235,8 @@ _NUMBER = frozenset({int, float})
 
 
 def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+    if not isinstance(data, list):  # the protocol's tensor data is an array, even of one
+        raise InvalidInputError(f"{where}.data must be a list (flat or nested), got {data!r:.40}")
     flat = _flatten(data)
     count = math.prod(shape)
     if len(flat) != count:

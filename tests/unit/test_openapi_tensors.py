@@ -55,6 +55,7 @@ def test_what_the_schema_allows_and_refuses_matches_the_server(declared: FlaskCl
         {"name": "x", "shape": [2], "datatype": "FP64", "data": [2.5]},  # data != shape
         {"name": "x", "shape": [], "datatype": "INT64", "data": [2]},  # no silent cast
         {"name": "x", "shape": [], "datatype": "FP64", "data": [1e301]},  # input_schema bound
+        {"name": "x", "shape": [], "datatype": "FP64", "data": 2.5},  # data is a list
         {"name": "x", "shape": [], "datatype": "FP64", "data": [1.0], "parameters": {"k": [1]}},
         {"name": "y", "shape": [], "datatype": "FP64", "data": [2.5]},
         {

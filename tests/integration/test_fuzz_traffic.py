@@ -15,7 +15,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import LiveServer, launch, stop
+from tests.conftest import LiveServer, launch, stop, worker_pids
 from tests.hostile_bodies import (
     Hostile,
     binary_requests,
@@ -23,7 +23,6 @@ from tests.hostile_bodies import (
     infer_requests,
     v2_requests,
 )
-from tests.integration.test_hostile_traffic import all_workers, worker_pids
 from tests.integration.test_openapi_fuzzing import fuzz_service
 
 pytestmark = pytest.mark.integration
@@ -72,7 +71,8 @@ def send(session: requests.Session, url: str, request: Hostile) -> tuple[int, st
 def test_hostile_requests_get_4xx_json_and_kill_no_worker(
     server: LiveServer, protocol: str
 ) -> None:
-    pids = all_workers(server, 2)
+    pids = worker_pids(server)  # launch() returns once every worker is ready
+    assert len(pids) == 2
     statuses: Counter[int] = Counter()
     unexpected: list[tuple[int, str, Hostile]] = []
 

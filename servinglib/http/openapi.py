@@ -333,7 +333,8 @@ def openapi_document(
                     "required": ["inputs"],
                     "properties": {
                         "id": {
-                            "type": "string",
+                            # null is read as no id; the bounds apply to a string
+                            "type": ["string", "null"],
                             "minLength": 1,
                             "maxLength": MAX_ID_LENGTH,
                             "pattern": "^[ -~]+$",

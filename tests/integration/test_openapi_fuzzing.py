@@ -30,7 +30,7 @@ def fuzz_service(tmp_path: Path) -> Path:
     text = text.replace(
         "      additionalProperties: false\n",
         "      additionalProperties: false\n    inputs: [{name: x, datatype: FP64, shape: []}]\n"
-        "    outputs: [{name: score, datatype: FP64, shape: []}]\n",
+        "    outputs: [{name: score, datatype: FP64, shape: [1]}]\n",
         1,
     )
     config = tmp_path / "servinglib.yaml"

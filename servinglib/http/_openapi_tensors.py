@@ -119,13 +119,13 @@ def declared_inputs(
     ]
     if not specs or any(tensor is None for tensor in tensors):
         return None
-    return {
-        "type": "array",
-        "minItems": len(specs),
-        "maxItems": len(specs),
+    listed: dict[str, Any] = {"type": "array", "minItems": len(specs), "maxItems": len(specs)}
+    if len(tensors) == 1:  # the usual model: one input, and the simplest schema
+        return listed | {"items": tensors[0]}
+    # each declared name once (a name twice is a 400): with as many items as inputs, every
+    # name present means no name repeated
+    return listed | {
         "items": {"oneOf": tensors},
-        # each declared name once (a name twice is a 400): with as many items as inputs,
-        # every name present means no name repeated
         "allOf": [{"contains": {"properties": {"name": {"const": s.name}}}} for s in specs],
     }
 

@@ -87,7 +87,7 @@ def test_element_bounds_follow_the_datatype(datatype: str, inside: float, outsid
 def test_one_free_dimension_lists_sizes_several_are_left_generic() -> None:
     listed = declared_inputs([TensorSpec("p", "FP32", (-1, 3))], listed_sizes=2)
     assert listed is not None
-    variants = listed["items"]["oneOf"][0]["oneOf"]
+    variants = listed["items"]["oneOf"]
     assert [v["properties"]["data"]["maxItems"] for v in variants] == [3, 6]
     assert declared_inputs([TensorSpec("p", "FP32", (-1, -1))], listed_sizes=2) is None
     assert declared_inputs([], listed_sizes=2) is None
@@ -112,4 +112,13 @@ def test_input_schema_bounds_reach_the_tensor_of_the_same_name() -> None:
     check_bounds(text[:1], element_bounds(schema, "text"), "text")  # 3 characters, 4 bytes
     listed = declared_inputs([TensorSpec("text", "BYTES", (1,))], 1, schema)
     assert listed is not None
-    assert listed["items"]["oneOf"][0]["properties"]["data"]["items"]["maxLength"] == 3
+    assert listed["items"]["properties"]["data"]["items"]["maxLength"] == 3
+    two = declared_inputs([TensorSpec("a", "FP32", (1,)), TensorSpec("b", "INT8", (2,))], 1)
+    assert two is not None
+    body = [
+        {"name": "b", "shape": [2], "datatype": "INT8", "data": [1, 2]},
+        {"name": "a", "shape": [1], "datatype": "FP32", "data": [0.5]},
+    ]
+    jsonschema.validate(body, two)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([body[0], body[0]], two)

@@ -35,11 +35,40 @@ PARAMETERS = {
     "additionalProperties": {"type": ["string", "number", "boolean"]},
 }
 
-_FLOAT_LIMITS = {"FP16": 65504.0, "FP32": float(np.finfo(np.float32).max)}
+
+def _largest_accepted(bound: float, dtype: np.dtype[Any]) -> float:
+    """The largest JSON number that decodes to a ``dtype`` value <= ``bound``: float32 and
+    float16 round to nearest (ties to even), so 16.000000000000004 sent as FP32 is 16."""
+    if dtype.itemsize == 8:
+        return bound
+    lowest = dtype.type(-np.inf)
+    below = dtype.type(bound)
+    if float(below) > bound:
+        below = np.nextafter(below, lowest)
+    with np.errstate(over="ignore"):
+        above = np.nextafter(below, dtype.type(np.inf))
+    step = float(above) - float(below)
+    if not math.isfinite(step):  # the datatype's maximum: half a step more overflows
+        step = float(below) - float(np.nextafter(below, lowest))
+    middle = float(below) + step / 2  # exact in float64
+    bits = np.array(below).view(np.uint32 if dtype.itemsize == 4 else np.uint16)
+    return middle if int(bits) % 2 == 0 else float(np.nextafter(middle, -np.inf))
 
 
-def element_schema(datatype: str) -> dict[str, Any]:
-    """One element of ``data`` for ``datatype``: its JSON type and the range it holds."""
+def _number_range(dtype: np.dtype[Any], low: float, high: float) -> dict[str, Any]:
+    """The JSON numbers that decode to ``dtype`` values within ``[low, high]``."""
+    return {
+        "type": "number",
+        "minimum": -_largest_accepted(-low, dtype),
+        "maximum": _largest_accepted(high, dtype),
+    }
+
+
+def element_schema(
+    datatype: str, low: float | None = None, high: float | None = None
+) -> dict[str, Any]:
+    """One element of ``data`` for ``datatype``: its JSON type and the range it holds,
+    narrowed to ``[low, high]`` where given."""
     if datatype == "BYTES":
         return {"type": "string"}
     if datatype == "BOOL":
@@ -47,22 +76,21 @@ def element_schema(datatype: str) -> dict[str, Any]:
     dtype = numpy_dtype(datatype)  # BF16 is served as FP32
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        return {"type": "integer", "minimum": int(info.min), "maximum": int(info.max)}
-    limit = _FLOAT_LIMITS.get(datatype, float(np.finfo(dtype).max))
-    return {"type": "number", "minimum": -limit, "maximum": limit}
+        low = int(info.min) if low is None else max(int(info.min), math.ceil(low))
+        high = int(info.max) if high is None else min(int(info.max), math.floor(high))
+        return {"type": "integer", "minimum": low, "maximum": high}
+    limit = float(np.finfo(dtype).max)
+    low = -limit if low is None else max(-limit, low)
+    high = limit if high is None else min(limit, high)
+    return _number_range(dtype, low, high)
 
 
 def _tensor(spec: TensorSpec, shape: Sequence[int], bounds: Mapping[str, Any]) -> dict[str, Any]:
     count = math.prod(shape)
     dtype = numpy_dtype(spec.datatype)
-    element = element_schema(spec.datatype)
+    element = element_schema(spec.datatype, bounds.get("minimum"), bounds.get("maximum"))
     if spec.datatype == "BYTES" and "maxLength" in bounds:
         element["maxLength"] = bounds["maxLength"]
-    elif element["type"] in ("number", "integer"):
-        if "minimum" in bounds:
-            element["minimum"] = max(element["minimum"], bounds["minimum"])
-        if "maximum" in bounds:
-            element["maximum"] = min(element["maximum"], bounds["maximum"])
     return {
         "type": "object",
         "required": ["name", "shape", "datatype", "data"],

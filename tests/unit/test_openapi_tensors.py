@@ -76,7 +76,7 @@ def test_what_the_schema_allows_and_refuses_matches_the_server(declared: FlaskCl
 
 @pytest.mark.parametrize(
     ("datatype", "inside", "outside"),
-    [("FP32", 3.0e38, 3.5e38), ("FP16", 65504, 65600), ("UINT8", 255, 256), ("INT8", -128, -129)],
+    [("FP32", 3.0e38, 3.5e38), ("FP16", 65519, 65520), ("UINT8", 255, 256), ("INT8", -128, -129)],
 )
 def test_element_bounds_follow_the_datatype(datatype: str, inside: float, outside: float) -> None:
     jsonschema.validate(inside, element_schema(datatype))
@@ -122,3 +122,20 @@ def test_input_schema_bounds_reach_the_tensor_of_the_same_name() -> None:
     jsonschema.validate(body, two)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate([body[0], body[0]], two)
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP16"])
+@pytest.mark.parametrize("bound", [16.0, 0.1, 1e6, None])
+def test_float_bounds_are_what_decodes_within_them(datatype: str, bound: float | None) -> None:
+    """16.000000000000004 sent as FP32 decodes to 16: the schema allows exactly the numbers
+    whose decoded value is within the bound."""
+    dtype = np.dtype(np.float32 if datatype == "FP32" else np.float16)
+    high = float(np.finfo(dtype).max) if bound is None else bound
+    if dtype == np.float16 and high > 65504:
+        return
+    schema = element_schema(datatype, -high, high)
+    top = schema["maximum"]
+    with np.errstate(over="ignore"):
+        assert float(dtype.type(top)) <= high
+        assert not float(dtype.type(np.nextafter(top, np.inf))) <= high
+        assert float(dtype.type(schema["minimum"])) >= -high

@@ -21,6 +21,7 @@ from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotF
 from servinglib.model import REQUEST_DEADLINE, Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 from servinglib.routing import TrafficSplit
+from servinglib.wire.tensor_bounds import check_bounds, element_bounds
 from servinglib.wire.tensor_checks import check_declared_datatype
 
 __all__ = ["QUICK_S", "Lane", "RejectionListener", "to_key"]
@@ -71,6 +72,8 @@ class Lane:
         if config.input_schema is not None:
             self._validator = jsonschema.Draft202012Validator(config.input_schema)
             self._properties = frozenset(config.input_schema.get("properties", {}))
+        self._input_schema = config.input_schema
+        self._bounds: dict[str, dict[str, Any]] = {}
         self._split = TrafficSplit(config.name, config.traffic) if config.traffic else None
         self._fallbacks_logged: set[str] = set()
         self._executors: dict[tuple[str, int], DynamicBatcher] = {}
@@ -173,6 +176,7 @@ class Lane:
                 for spec in specs:  # the usual request: exactly the declared inputs
                     check_declared_datatype(self.name, spec.name, spec.datatype, tensors[spec.name])
                     spec.check(self.name, tensors[spec.name].shape)
+                    self._check_bounds(spec.name, tensors[spec.name])
                 return
             declared = {spec.name: spec for spec in specs}
             unknown = sorted(set(tensors) - set(declared))
@@ -190,9 +194,20 @@ class Lane:
             for name, spec in declared.items():
                 check_declared_datatype(self.name, name, spec.datatype, tensors[name])
                 spec.check(self.name, tensors[name].shape)
+                self._check_bounds(name, tensors[name])
         except InvalidInputError as e:
             self.rejected(e.field or "inputs", ready)
             raise
+
+    def _check_bounds(self, name: str, tensor: Any) -> None:
+        """The bounds the ``input_schema`` property of the same name gives the elements."""
+        bounds = self._bounds.get(name)
+        if bounds is None:
+            bounds = self._bounds[name] = element_bounds(self._input_schema, name)
+        try:
+            check_bounds(tensor, bounds, f"input {name!r} of model {self.name!r}")
+        except InvalidInputError as e:
+            raise InvalidInputError(str(e), field=name) from None
 
     def rejected(self, field: str, ready: ReadyVersion | None = None) -> None:
         """Count a rejected input; fields outside the schema or tensor names become ``_other``."""

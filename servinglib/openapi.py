@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.metadata import version as package_version
 from typing import Any
 
+from servinglib._openapi_tensors import PARAMETERS, declared_inputs, declared_outputs
 from servinglib.config import ServiceConfig
+from servinglib.model import Model
 from servinglib.wire.datatypes import DATATYPES
 from servinglib.wire.tensor_checks import MAX_DIMENSIONS
 from servinglib.wire.v2 import MAX_ID_LENGTH
@@ -33,22 +36,26 @@ def _flag(name: str) -> dict[str, Any]:
     }
 
 
-_PARAMETERS = {
-    "type": "object",
-    "description": "Open Inference parameters (e.g. binary_data_size, binary_data, priority).",
-    "additionalProperties": {"type": ["string", "number", "boolean"]},
+_PARAMETERS = PARAMETERS
+_REQUEST_PARAMETERS = PARAMETERS | {
+    "properties": {"priority": {"type": "integer", "minimum": 0, "description": "0 first"}}
 }
+# Sizes listed for an input's -1 dimension (JSON Schema cannot tie data's length to shape).
+LISTED_SIZES = 4
 
 
-_HEADER_LENGTH_PARAM = {
-    "name": "Inference-Header-Content-Length",
-    "in": "header",
-    "required": False,
-    "description": "Binary tensor extension: the length of the JSON header at the start of "
-    "the body; the raw tensor bytes follow it, in the order of the inputs whose "
-    "parameters.binary_data_size is set. Required with any body that is not "
-    "application/json (otherwise 415); a JSON answer carries it when an output is binary.",
-    "schema": {"type": "integer", "minimum": 0},
+_BINARY = (
+    "Binary tensor extension: send the header Inference-Header-Content-Length with the "
+    "length of a JSON header (this request object) at the start of the body; the raw tensor "
+    "bytes follow it, in the order of the inputs whose parameters.binary_data_size is set. "
+    "Without that header the body is JSON, whatever its Content-Type. Generated requests "
+    "cannot tie the header to the body, so the binary form is described here only."
+)
+_ANSWER_HEADER = {
+    "Inference-Header-Content-Length": {
+        "description": "Set when an output is binary: the length of the JSON header.",
+        "schema": {"type": "integer", "minimum": 0},
+    }
 }
 
 
@@ -71,8 +78,59 @@ def _tensor_schema(max_elements: int, request: bool) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": properties}
 
 
-def openapi_document(config: ServiceConfig) -> dict[str, Any]:
-    """OpenAPI description of every public endpoint, with each model's input schema."""
+def _v2_infer_paths(
+    config: ServiceConfig,
+    declared: Mapping[str, Mapping[str, Model]],
+    operation: Any,
+    model_param: dict[str, Any],
+) -> dict[str, Any]:
+    """One pair of infer paths per model whose ready versions declare the same inputs (the
+    request schema is then exact); one templated pair for the other models."""
+    paths: dict[str, Any] = {}
+    generic = []
+    for m in config.models:
+        versions = declared.get(m.name, {})
+        specs = {(tuple(i.inputs), tuple(i.outputs)) for i in versions.values()}
+        inputs = (
+            declared_inputs(next(iter(specs))[0], LISTED_SIZES, m.input_schema)
+            if len(specs) == 1
+            else None
+        )
+        if inputs is None:
+            generic.append(m.name)
+            continue
+        exact: dict[str, Any] = {"inputs": inputs}
+        outputs = next(iter(specs))[1]
+        if outputs:  # a request may name only those
+            exact["outputs"] = declared_outputs(outputs)
+        request = {"$ref": "#/components/schemas/V2InferRequest"}
+        op = operation({"allOf": [request, {"properties": exact}]})
+        version = {
+            "name": "version",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "enum": sorted(versions)},
+        }
+        paths[f"/v2/models/{m.name}/infer"] = op
+        paths[f"/v2/models/{m.name}/versions/{{version}}/infer"] = op | {"parameters": [version]}
+    if generic:
+        op = operation({"$ref": "#/components/schemas/V2InferRequest"})
+        model = model_param | {"schema": {"type": "string", "enum": generic}}
+        version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}}
+        paths["/v2/models/{model}/infer"] = op | {"parameters": [model]}
+        paths["/v2/models/{model}/versions/{version}/infer"] = op | {"parameters": [model, version]}
+    return paths
+
+
+def openapi_document(
+    config: ServiceConfig,
+    declared: Mapping[str, Mapping[str, Model]] | None = None,
+) -> dict[str, Any]:
+    """OpenAPI description of every public endpoint, with each model's input schema.
+
+    ``declared`` maps each model to its ready versions' instances; a model whose versions
+    declare the same inputs gets infer operations whose request schema is exact.
+    """
     names = [m.name for m in config.models]
     max_elements = config.server.max_tensor_elements
     per_model = [
@@ -102,40 +160,33 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
         "required": True,
         "schema": {"type": "string"},
     }
-    v2_infer = {
-        "post": {
-            "summary": "Open Inference v2 inference (JSON tensors or binary tensor extension)",
-            "parameters": [_HEADER_LENGTH_PARAM],
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/V2InferRequest"}},
-                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+
+    def v2_infer(request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "post": {
+                "summary": "Open Inference v2 inference",
+                "description": _BINARY,
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": request}},
                 },
-            },
-            "responses": {
-                "200": {
-                    "description": "Inference result",
-                    "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/V2InferResponse"}
-                        },
-                        "application/octet-stream": {
-                            "schema": {"type": "string", "format": "binary"}
+                "responses": {
+                    "200": {
+                        "description": "Inference result",
+                        "headers": _ANSWER_HEADER,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/V2InferResponse"}
+                            },
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary"}
+                            },
                         },
                     },
-                },
-                "400": _ERROR,
-                "404": _ERROR,
-                "413": _ERROR,
-                "415": _ERROR,
-                "500": _ERROR,
-                "501": _ERROR,
-                "503": _ERROR,
-                "504": _ERROR,
-            },
+                }
+                | dict.fromkeys(("400", "404", "413", "415", "500", "501", "503", "504"), _ERROR),
+            }
         }
-    }
 
     def get(summary: str, ok: dict[str, Any], *errors: str) -> dict[str, Any]:
         responses = {"200": ok} | dict.fromkeys(errors, _ERROR)
@@ -213,9 +264,6 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
             "Triton model configuration", json_ok, "404", "503"
         )
         | {"parameters": [model_param, version_param]},
-        "/v2/models/{model}/infer": v2_infer | {"parameters": [model_param]},
-        "/v2/models/{model}/versions/{version}/infer": v2_infer
-        | {"parameters": [model_param, version_param]},
         "/v2/repository/index": {
             "post": {
                 "summary": "Model versions and their states",
@@ -259,6 +307,7 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
         },
         "/openapi.json": get("This document", json_ok),
     }
+    paths |= _v2_infer_paths(config, declared or {}, v2_infer, model_param)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -289,12 +338,13 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                     "required": ["inputs"],
                     "properties": {
                         "id": {
-                            "type": "string",
+                            # null is read as no id; the bounds apply to a string
+                            "type": ["string", "null"],
                             "minLength": 1,
                             "maxLength": MAX_ID_LENGTH,
                             "pattern": "^[ -~]+$",
                         },
-                        "parameters": _PARAMETERS,
+                        "parameters": _REQUEST_PARAMETERS,
                         "inputs": {
                             "type": "array",
                             "minItems": 1,
@@ -307,7 +357,9 @@ def openapi_document(config: ServiceConfig) -> dict[str, Any]:
                                 "required": ["name"],
                                 "properties": {
                                     "name": {"type": "string"},
-                                    "parameters": _PARAMETERS,
+                                    # the classification extension is a 400
+                                    "parameters": _PARAMETERS
+                                    | {"properties": {"classification": False}},
                                 },
                             },
                         },

@@ -63,7 +63,16 @@ def metrics() -> Response:
 @ops_blueprint.get("/openapi.json")
 def openapi() -> Response:
     """OpenAPI 3.1 description of every public endpoint and each model's input schema."""
-    return jsonify(openapi_document(_service().registry.config))
+    registry = _service().registry
+    declared = {
+        name: {
+            record.version: record.ready.instance
+            for record in registry.records(name)
+            if record.ready is not None
+        }
+        for name in registry.model_names()
+    }
+    return jsonify(openapi_document(registry.config, declared))
 
 
 def _service() -> InferenceService:

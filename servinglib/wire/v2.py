@@ -161,6 +161,11 @@ def _parameters(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     params = obj.get("parameters", {})
     if not isinstance(params, dict):
         raise InvalidInputError(f"{where}.parameters must be an object")
+    for key, value in params.items():  # the protocol's parameter values are scalars
+        if not isinstance(value, str | int | float):  # bool is an int
+            raise InvalidInputError(
+                f"{where}.parameters[{key!r}] must be a string, number or boolean"
+            )
     return params
 
 
@@ -211,9 +216,7 @@ def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str)
     return array
 
 
-def _flatten(data: Any) -> list[Any]:
-    if not isinstance(data, list):
-        return [data]
+def _flatten(data: list[Any]) -> list[Any]:
     if list not in map(type, data):  # already flat, as most clients send it (a C loop)
         return data
     out: list[Any] = []
@@ -235,6 +238,8 @@ _NUMBER = frozenset({int, float})
 
 
 def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+    if not isinstance(data, list):  # the protocol's tensor data is an array, even of one
+        raise InvalidInputError(f"{where}.data must be a list (flat or nested), got {data!r:.40}")
     flat = _flatten(data)
     count = math.prod(shape)
     if len(flat) != count:

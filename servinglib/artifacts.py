@@ -187,6 +187,8 @@ def _zip_holds_pickle(handle: IO[bytes]) -> bool:
                 with archive.open(member) as inner:
                     if _bytes_hold_pickle(inner.read(SCAN_BYTES), depth=0):
                         return True
+    # zipfile raises NotImplementedError for a compression method it cannot read: such a
+    # member cannot be a NumPy or joblib archive we would load either.
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError):
         return False
     return False

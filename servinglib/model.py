@@ -69,8 +69,8 @@ class SelfTestCase:
     tolerance: Tolerance = field(default_factory=Tolerance)
 
 
-# The absolute deadline (time.monotonic) of the request being answered on this thread; the
-# service sets it around unbatched calls so composed models share it across their steps.
+# The absolute deadline (time.monotonic) of the request being answered on this thread; a
+# composed model's lane sets it around predict() so the steps share the request's deadline.
 REQUEST_DEADLINE: ContextVar[float | None] = ContextVar("servinglib_request_deadline", default=None)
 
 

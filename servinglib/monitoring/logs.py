@@ -17,12 +17,25 @@ import threading
 import time
 from typing import Any
 
+from servinglib._tracebacks import format_exception
+
 __all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "flush_logs"]
 
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
-class JsonFormatter(logging.Formatter):
+class _Formatter(logging.Formatter):
+    """Tracebacks without the ``^^^^`` markers, safe to format on any thread."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
+        """The traceback of ``ei`` (see :func:`servinglib._tracebacks.format_exception`)."""
+        error = ei[1]
+        if error is None:
+            return super().formatException(ei)
+        return format_exception(error)
+
+
+class JsonFormatter(_Formatter):
     """Format a record as one JSON line; ``extra={...}`` fields become top-level keys."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -43,7 +56,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_Formatter):
     """``12:00:01 info  registry  model 'eta' version '1' READY  key=value ...``."""
 
     def format(self, record: logging.LogRecord) -> str:

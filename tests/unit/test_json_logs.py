@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import sys
 
 import pytest
+
+from servinglib.monitoring.logs import JsonFormatter, TextFormatter
 
 
 def test_log_lines_from_many_threads_are_all_written_in_order_per_thread(
@@ -91,3 +94,35 @@ def test_auto_is_json_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPa
     logging.getLogger("servinglib.test").info("hello")
     flush_logs()
     assert json.loads(stream.getvalue())["message"] == "hello"
+
+
+def _record_of_a_chained_error() -> logging.LogRecord:
+    try:
+        try:
+            features: dict[str, float] = {}
+            print(features["missing"])
+        except KeyError as e:
+            raise ValueError("predict failed") from e
+    except ValueError:
+        return logging.LogRecord("t", logging.ERROR, __file__, 1, "boom", (), sys.exc_info())
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("formatter", [JsonFormatter(), TextFormatter()])
+def test_tracebacks_are_formatted_without_parsing_source(
+    formatter: logging.Formatter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.11 places ``^^^`` markers by parsing with ``ast``, which is not thread-safe
+    before 3.11.8 (a worker building its routes on the main thread could get SystemError)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("formatting a traceback parsed source with ast")
+
+    record = _record_of_a_chained_error()
+    with monkeypatch.context() as patched:
+        patched.setattr(ast, "parse", refuse)
+        text = formatter.format(record)
+    assert "KeyError: 'missing'" in text
+    assert "direct cause" in text
+    assert "ValueError: predict failed" in text
+    assert "^^^" not in text

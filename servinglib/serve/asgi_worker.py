@@ -12,12 +12,18 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, ClassVar
 
 import orjson
+from gunicorn.arbiter import Arbiter
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import Server
 from uvicorn_worker import UvicornWorker
 
 from servinglib.http.app import create_asgi_app
@@ -89,13 +95,74 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _already_stopping)
         try:
-            await super()._serve()
+            # uvicorn-worker's _serve, with a server that empties its accept queue first.
+            self.config.app = self.wsgi
+            server = _DrainingServer(self.config, self.sockets)
+            self._install_sigquit_handler()
+            await server.serve(sockets=self.sockets)
+            if not server.started:
+                sys.exit(Arbiter.WORKER_BOOT_ERROR)
         finally:
             if AsyncioWorker.balance is not None:
                 AsyncioWorker.balance.leave()
 
 
 SHUTDOWN_GRACE_S = 0.1  # how long an idle connection is still read once the worker stops
+# Then the worker half-closes it (FIN) and reads on, discarding, until the client closes or
+# this long: a request the client wrote before it saw the FIN then meets an open socket
+# and the client reads a clean end of stream. Closed outright, the socket would answer
+# that request with a reset, which is what a busy client that wrote late used to get.
+LINGER_S = 2.0
+
+
+class _DrainingServer(Server):
+    """uvicorn's server, which takes in the connections queued on its sockets before it stops.
+
+    A connection the kernel completed but no worker accepted yet waits in the listening
+    socket's queue; when the last worker closes that socket, the kernel resets it, and its
+    client, which may have written its request already, reads a reset. So at shutdown the
+    worker first accepts every queued connection, then stops listening, and treats those
+    connections like its others: read for :data:`SHUTDOWN_GRACE_S`, answered, closed.
+    """
+
+    def __init__(self, config: Config, listeners: Sequence[Any]) -> None:
+        super().__init__(config=config)
+        self._listeners = listeners
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Accept what is queued, stop listening, then uvicorn's graceful shutdown."""
+        queued = _accept_queued(self._listeners)
+        for server in self.servers:
+            server.close()
+        loop = asyncio.get_running_loop()
+        for connection in queued:
+            try:
+                await loop.connect_accepted_socket(self._protocol, connection)
+            except OSError:
+                connection.close()
+        await super().shutdown(sockets)
+
+    def _protocol(self) -> asyncio.Protocol:
+        make: Any = self.config.http_protocol_class  # uvicorn's protocol classes take these
+        protocol: asyncio.Protocol = make(
+            config=self.config, server_state=self.server_state, app_state=self.lifespan.state
+        )
+        return protocol
+
+
+def _accept_queued(listeners: Sequence[Any]) -> list[socket.socket]:
+    """Every connection waiting in the listening sockets' queues, without blocking."""
+    accepted: list[socket.socket] = []
+    for listener in listeners:
+        listener.setblocking(False)  # the event loop set the descriptor so already
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:  # BlockingIOError: the queue is empty
+                break
+            connection.setblocking(False)
+            accepted.append(connection)
+    return accepted
 
 
 def _already_stopping(signum: int, frame: FrameType | None) -> None:
@@ -142,6 +209,7 @@ def limited_protocol(
         _head_timer: asyncio.TimerHandle | None = None
         _opened = 0.0
         _stopping = False
+        _lingering = False
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -164,7 +232,8 @@ def limited_protocol(
 
             A request the client wrote just before may already sit unread in the socket:
             closing at once would reset it. Read for :data:`SHUTDOWN_GRACE_S`, answer what
-            arrives (then close), and close the connection if nothing came.
+            arrives (then close); if nothing came, half-close and linger (:data:`LINGER_S`)
+            so that a request written later still meets an open socket.
             """
             self._stopping = True
             if self.cycle is None or self.cycle.response_complete:
@@ -175,6 +244,23 @@ def limited_protocol(
         def _close_if_idle(self) -> None:
             idle = self.cycle is None or self.cycle.response_complete
             if idle and not self.transport.is_closing():
+                self._linger()
+
+        def _linger(self) -> None:
+            """Half-close, then discard what arrives until the client closes (see LINGER_S)."""
+            self._lingering = True
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            try:
+                self.transport.write_eof()
+            except (OSError, RuntimeError, NotImplementedError):
+                self.transport.close()
+                return
+            self.loop.call_later(LINGER_S, self._end_linger)
+
+        def _end_linger(self) -> None:
+            if not self.transport.is_closing():
                 self.transport.close()
 
         def _idle(self) -> bool:
@@ -198,6 +284,8 @@ def limited_protocol(
             oldest.transport.close()
 
         def data_received(self, data: bytes) -> None:
+            if self._lingering:
+                return  # half-closed: a late request is not read (the client sees the end)
             if self._reading_head:
                 self._head_bytes += len(data)
                 if self._head_bytes > self._max_head:

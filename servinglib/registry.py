@@ -12,6 +12,7 @@ ready when every model's ``default_version`` is READY.
 from __future__ import annotations
 
 import enum
+import gc
 import logging
 import threading
 import time
@@ -223,6 +224,10 @@ class ModelRegistry:
             if versions.pop(version, None) is None:
                 return
             self._versions[model] = versions
+        # A worker freezes what it loaded at start out of the garbage collector's sight
+        # (servinglib.serve.hooks.post_worker_init); hand it back, so that the collector
+        # can free this version's reference cycles once its last request is done.
+        gc.unfreeze()
         log.info("model %r: version %r unloaded", model, version)
 
     def get(self, model: str, version: str | None = None) -> ReadyVersion:

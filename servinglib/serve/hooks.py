@@ -10,6 +10,7 @@ until the app has loaded.
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import os
 import shutil
@@ -186,8 +187,15 @@ class _ClosedListenerFilter(logging.Filter):
 
 
 def post_worker_init(worker: Any) -> None:
-    """Worker has loaded the app (and every model): stop the boot heartbeat, report ready."""
+    """Worker has loaded the app (and every model): stop the boot heartbeat, report ready.
+
+    Everything alive now (modules, models, the app) lives as long as the worker, so it is
+    moved out of the garbage collector's sight (``gc.freeze``): a full collection otherwise
+    walks all of it, about 27 ms on the event loop with MiniLM loaded, every few seconds
+    under load.
+    """
     _booted.set()
+    gc.freeze()
     logging.getLogger("gunicorn.error").addFilter(_ClosedListenerFilter())
     from servinglib.serve.ready import report_worker_ready
 

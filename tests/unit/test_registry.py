@@ -186,3 +186,29 @@ def test_non_version_directories_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "repo" / "Not A Version").mkdir()
     registry = ModelRegistry(load_config(config, environ={}))
     assert [r.version for r in registry.records("adder")] == ["1"]
+
+
+def test_an_unloaded_version_can_be_collected_although_the_worker_froze_its_heap(
+    tmp_path: Path,
+) -> None:
+    """Workers ``gc.freeze()`` what they loaded at start; unloading a version unfreezes it,
+    or a version whose objects form reference cycles would never be freed."""
+    import gc
+    import weakref
+
+    registry = ModelRegistry(
+        load_config(make_repo(tmp_path, {"1": (1.0, 2.0), "2": (2.0, 3.0)}), environ={})
+    )
+    registry.load_all()
+    instance = registry.get("adder", "2").instance
+    instance.cycle = instance  # type: ignore[attr-defined]  # only the collector frees it
+    gone = weakref.ref(instance)
+    del instance
+    gc.freeze()
+    try:
+        registry.remove_version("adder", "2")
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert gone() is None, "the unloaded version is still in memory"
+    finally:
+        gc.unfreeze()

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._load import Server, free_port, run_hey  # noqa: E402
-from tests.composition_service import composition_service  # noqa: E402
+from benchmarks.composition_service import composition_service  # noqa: E402
 
 SECONDS = 4.0
 VALUES = [1.0, 2.0, 3.0, 4.0]

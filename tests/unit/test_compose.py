@@ -14,7 +14,7 @@ from servinglib.errors import ConfigError, DeadlineExceededError, PredictionErro
 from servinglib.registry import VersionState
 from servinglib.service import InferenceRequest
 from servinglib.worker import Worker, build_worker
-from tests.composition_service import composition_service
+from benchmarks.composition_service import composition_service
 
 PROJECT = '{name: project, model: linear, version: "1", inputs: {x: scale.x}}'
 

@@ -9,8 +9,9 @@ labelled tickets from ``tickets.tsv``. This script
    ``runtime: onnx``) and its tokenizer into ``models/tokenize/1/``;
 3. embeds the 200 tickets with that very ``model.onnx``, splits them 75/25 (stratified,
    seeded), trains a logistic regression on the 150 training tickets and measures it on the
-   50 held out (and by 10-fold cross-validation over all 200); writes ``models/classify/1/weights.npz`` and the report
-   (``build/training.json``; the committed one is ``report/training.json``).
+   50 held out (and by 10-fold cross-validation over all 200); writes
+   ``models/classify/1/weights.npz`` and the report (``build/training.json``; the
+   committed one is ``report/training.json``).
 
 A stamp records the hashes of every input and output, so a second run returns at once;
 ``--force`` rebuilds. ``--write-test-data`` rewrites the four ``test_data.json`` files from

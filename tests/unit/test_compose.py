@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.composition_service import composition_service
 from servinglib.compose.combiners import CombineError, combine
 from servinglib.compose.order import step_order
 from servinglib.compose.spec import Reference, Step
@@ -14,7 +15,6 @@ from servinglib.errors import ConfigError, DeadlineExceededError, PredictionErro
 from servinglib.registry import VersionState
 from servinglib.service import InferenceRequest
 from servinglib.worker import Worker, build_worker
-from benchmarks.composition_service import composition_service
 
 PROJECT = '{name: project, model: linear, version: "1", inputs: {x: scale.x}}'
 

@@ -229,9 +229,12 @@ def up_to_date() -> bool:
     )
 
 
-def prepare(*, force: bool = False, report_dir: Path = HERE / "build") -> bool:
-    """Build every artefact unless up to date; True when it built."""
-    minilm_prepare().prepare()  # returns at once when the MiniLM files are up to date
+def prepare(*, force: bool = False, report_dir: Path = HERE / "build", quick: bool = False) -> bool:
+    """Build every artefact unless up to date; True when it built.
+
+    ``quick`` shortens the latency measurement of a MiniLM build (tests).
+    """
+    minilm_prepare().prepare(quick=quick)  # returns at once when the MiniLM files are up to date
     if not force and up_to_date():
         print(f"{HERE.name}: up to date (prepare.py --force rebuilds)")
         return False

@@ -60,6 +60,9 @@ class InferenceRequest:
         routing_key: the routing header's value (a configured routing feature wins).
         timeout_ms: the caller's time budget (Envoy's expected timeout), if any.
         priority: 0 is served first; None for the model's default.
+        inline: the caller is a worker thread already (a composed model's step): a shared
+            unbatched model whose calls are quicker than a thread hop runs on it, as it
+            would on an event loop, instead of on the model's own executor.
     """
 
     model: str
@@ -70,6 +73,7 @@ class InferenceRequest:
     routing_key: str | None = None
     timeout_ms: float | None = None
     priority: int | None = None
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,12 +297,13 @@ class InferenceService:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
         Every call runs on the version's own executor, so the caller can answer 504 at the
-        deadline whether or not the call started. The one exception: an event loop runs a
-        shared unbatched model itself while its calls stay quicker than a thread hop.
+        deadline whether or not the call started. The one exception: an event loop, or a
+        composed model's step (``request.inline``), runs a shared unbatched model itself
+        while its calls stay quicker than a thread hop.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
-        if not blocking and lane.shared() and lane.quick():
+        if (not blocking or request.inline) and lane.shared() and lane.quick():
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)

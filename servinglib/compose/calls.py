@@ -96,8 +96,15 @@ class LaneCaller:
                     "raise the composed model's deadline_ms or the caller's timeout"
                 )
             timeout_ms = remaining * 1000
+        # inline: this thread is already the composed model's; a quick unbatched step runs
+        # here rather than paying two thread hand-offs for a call shorter than them.
         request = InferenceRequest(
-            model, inputs, version=version, tensors=_are_tensors(inputs), timeout_ms=timeout_ms
+            model,
+            inputs,
+            version=version,
+            tensors=_are_tensors(inputs),
+            timeout_ms=timeout_ms,
+            inline=True,
         )
         started = self._clock()
         ok = False

@@ -158,3 +158,21 @@ def test_a_step_never_starts_past_the_shared_deadline(worker: Worker) -> None:
     request = InferenceRequest("classify", {"values": [1, 2, 3, 4]}, timeout_ms=1e-6)
     with pytest.raises(DeadlineExceededError):
         worker.service.infer(request)
+
+
+def test_quick_unbatched_steps_run_on_the_composed_models_thread(worker: Worker) -> None:
+    def head_batches() -> float:
+        labels = {"model": "head", "version": "1"}
+        value = worker.metrics.registry.get_sample_value("servinglib_batch_size_count", labels)
+        return value or 0.0
+
+    request = InferenceRequest("classify", {"values": [1, 2, 3, 4]}, version="1")
+    head = worker.service.lane("head")
+    while not head.quick():  # a lane assumes its model slow until calls measure it
+        worker.service.infer(request)
+    before = head_batches()
+    for _ in range(20):
+        assert worker.service.infer(request).output["score"] == 6.0
+    assert head_batches() == before  # no step went through head's executor
+    linear = {"model": "linear", "version": "1"}
+    assert worker.metrics.registry.get_sample_value("servinglib_batch_size_count", linear)

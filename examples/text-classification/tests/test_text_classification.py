@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import requests
+import yaml
 
 from servinglib.checks import run_all_selftests
 from servinglib.config import load_config
@@ -70,6 +71,21 @@ def test_built_files_are_not_committed() -> None:
     ignored = (EXAMPLE / ".gitignore").read_text().splitlines()
     for pattern in ("*.onnx", "models/tokenize/*/tokenizer.json", "models/classify/*/weights.npz"):
         assert pattern in ignored
+
+
+def test_every_example_served_together_includes_this_pipeline_unchanged() -> None:
+    own = yaml.safe_load(CONFIG.read_text())
+    combined = yaml.safe_load((EXAMPLE.parent / "servinglib.yaml").read_text())
+    entries = {model["name"]: model for model in combined["models"]}
+    for model in own["models"]:
+        entry = entries[model["name"]]
+        for key in ("class", "repository"):  # paths are relative to each file
+            if key in model:
+                assert entry[key] == f"{EXAMPLE.name}/{model[key]}"
+        assert {k: v for k, v in entry.items() if k not in ("class", "repository")} == {
+            k: v for k, v in model.items() if k not in ("class", "repository")
+        }
+    assert combined["server"]["threads"] >= own["server"]["threads"]
 
 
 def test_the_embed_step_is_held_to_the_reference_embeddings() -> None:

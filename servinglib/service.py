@@ -60,9 +60,9 @@ class InferenceRequest:
         routing_key: the routing header's value (a configured routing feature wins).
         timeout_ms: the caller's time budget (Envoy's expected timeout), if any.
         priority: 0 is served first; None for the model's default.
-        inline: the caller is a worker thread already (a composed model's step): a shared
-            unbatched model whose calls are quicker than a thread hop runs on it, as it
-            would on an event loop, instead of on the model's own executor.
+        inline: the caller is a thread that would only wait for the answer (a composed
+            model's step): a shared unbatched model runs on it instead of on the model's
+            own executor, saving two thread hand-offs.
     """
 
     model: str
@@ -209,7 +209,8 @@ class InferenceService:
         Every version queues the request on its own executor (its batcher, or its copies'
         threads) and the loop awaits the answer until the deadline; a shared unbatched
         model runs on the loop itself while its calls stay quicker than a thread hop
-        (:meth:`Lane.quick`). Same errors as :meth:`infer`.
+        (:meth:`Lane.quick`); a composed model awaits its steps on the loop
+        (``predict_async``). Same errors as :meth:`infer`.
         """
         rows = self._rows(request)
         if rows is not None:
@@ -217,7 +218,12 @@ class InferenceService:
             return self._stacked(request, list(answers))
         call = self._admit(request)
         with call.model_errors():
-            done, value = self._start(call, request, blocking=False)
+            composed = getattr(call.ready.instance, "predict_async", None)
+            if composed is not None:
+                call.check_deadline()
+                done, value = False, asyncio.ensure_future(composed(request.inputs, call.deadline))
+            else:
+                done, value = self._start(call, request, blocking=False)
             if not done:
                 waiting = asyncio.wrap_future(value)
                 try:
@@ -297,13 +303,14 @@ class InferenceService:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
         Every call runs on the version's own executor, so the caller can answer 504 at the
-        deadline whether or not the call started. The one exception: an event loop, or a
-        composed model's step (``request.inline``), runs a shared unbatched model itself
-        while its calls stay quicker than a thread hop.
+        deadline whether or not the call started. The exceptions: a composed model's step
+        (``request.inline``) runs a shared unbatched model on the composed model's thread,
+        which would only wait for it; an event loop runs one itself while its calls stay
+        quicker than a thread hop.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
-        if (not blocking or request.inline) and lane.shared() and lane.quick():
+        if lane.shared() and (request.inline or (not blocking and lane.quick())):
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)

@@ -304,13 +304,14 @@ class InferenceService:
 
         Every call runs on the version's own executor, so the caller can answer 504 at the
         deadline whether or not the call started. The exceptions: a composed model's step
-        (``request.inline``) runs a shared unbatched model on the composed model's thread,
-        which would only wait for it; an event loop runs one itself while its calls stay
+        on a thread (``request.inline``) runs a shared unbatched model there, since the
+        thread would only wait for it; an event loop runs one itself while its calls stay
         quicker than a thread hop.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
-        if lane.shared() and (request.inline or (not blocking and lane.quick())):
+        # A loop never runs a slow call itself; a step's thread runs it, since it would wait.
+        if lane.shared() and (request.inline if blocking else lane.quick()):
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)

@@ -88,6 +88,17 @@ class ModelCaller(Protocol):
     ) -> Any:
         """Answer ``inputs`` with ``model`` by ``deadline``; ``owner`` is (model, version, step)."""
 
+    async def call_async(
+        self,
+        model: str,
+        version: str | None,
+        inputs: Any,
+        *,
+        owner: tuple[str, str, str],
+        deadline: float | None,
+    ) -> Any:
+        """:meth:`call` for an event loop."""
+
     def check_ready(self, model: str, version: str | None, step: str) -> None:
         """Raise ModelLoadError naming ``step`` unless ``model`` (``version``) is READY."""
 

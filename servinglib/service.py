@@ -60,6 +60,9 @@ class InferenceRequest:
         routing_key: the routing header's value (a configured routing feature wins).
         timeout_ms: the caller's time budget (Envoy's expected timeout), if any.
         priority: 0 is served first; None for the model's default.
+        inline: the caller is a thread that would only wait for the answer (a composed
+            model's step): a shared unbatched model runs on it instead of on the model's
+            own executor, saving two thread hand-offs.
     """
 
     model: str
@@ -70,6 +73,7 @@ class InferenceRequest:
     routing_key: str | None = None
     timeout_ms: float | None = None
     priority: int | None = None
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ class InferenceService:
         Every version queues the request on its own executor (its batcher, or its copies'
         threads) and the loop awaits the answer until the deadline; a shared unbatched
         model runs on the loop itself while its calls stay quicker than a thread hop
-        (:meth:`Lane.quick`). Same errors as :meth:`infer`.
+        (:meth:`Lane.quick`); a composed model awaits its steps on the loop
+        (``predict_async``). Same errors as :meth:`infer`.
         """
         rows = self._rows(request)
         if rows is not None:
@@ -213,7 +218,12 @@ class InferenceService:
             return self._stacked(request, list(answers))
         call = self._admit(request)
         with call.model_errors():
-            done, value = self._start(call, request, blocking=False)
+            composed = getattr(call.ready.instance, "predict_async", None)
+            if composed is not None:
+                call.check_deadline()
+                done, value = False, asyncio.ensure_future(composed(request.inputs, call.deadline))
+            else:
+                done, value = self._start(call, request, blocking=False)
             if not done:
                 waiting = asyncio.wrap_future(value)
                 try:
@@ -293,12 +303,15 @@ class InferenceService:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
         Every call runs on the version's own executor, so the caller can answer 504 at the
-        deadline whether or not the call started. The one exception: an event loop runs a
-        shared unbatched model itself while its calls stay quicker than a thread hop.
+        deadline whether or not the call started. The exceptions: a composed model's step
+        on a thread (``request.inline``) runs a shared unbatched model there, since the
+        thread would only wait for it; an event loop runs one itself while its calls stay
+        quicker than a thread hop.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
-        if not blocking and lane.shared() and lane.quick():
+        # A loop never runs a slow call itself; a step's thread runs it, since it would wait.
+        if lane.shared() and (request.inline if blocking else lane.quick()):
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)

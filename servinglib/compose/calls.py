@@ -83,8 +83,48 @@ class LaneCaller:
             DeadlineExceededError: the remaining budget cannot cover the step's usual duration.
             ServinglibError: whatever the member's lane raised.
         """
+        request = self._request(model, version, inputs, owner, deadline)
+        started, ok = self._clock(), False
+        try:
+            output = self._bound().infer(request).output
+            ok = True
+            return output
+        finally:
+            self._finished(owner, started, ok)
+
+    async def call_async(
+        self,
+        model: str,
+        version: str | None,
+        inputs: Any,
+        *,
+        owner: tuple[str, str, str],
+        deadline: float | None,
+    ) -> Any:
+        """:meth:`call` on an event loop: the step's lane is awaited, never waited for."""
+        request = self._request(model, version, inputs, owner, deadline)
+        started, ok = self._clock(), False
+        try:
+            output = (await self._bound().infer_async(request)).output
+            ok = True
+            return output
+        finally:
+            self._finished(owner, started, ok)
+
+    def _bound(self) -> InferenceService:
         if self._service is None:
             raise RuntimeError("LaneCaller.bind(service) must run before models load")
+        return self._service
+
+    def _request(
+        self,
+        model: str,
+        version: str | None,
+        inputs: Any,
+        owner: tuple[str, str, str],
+        deadline: float | None,
+    ) -> InferenceRequest:
+        """The step's request, with what remains of the deadline as its timeout."""
         timeout_ms = None
         if deadline is not None:
             remaining = deadline - self._clock()
@@ -96,22 +136,24 @@ class LaneCaller:
                     "raise the composed model's deadline_ms or the caller's timeout"
                 )
             timeout_ms = remaining * 1000
-        request = InferenceRequest(
-            model, inputs, version=version, tensors=_are_tensors(inputs), timeout_ms=timeout_ms
+        # inline: the caller would only wait for the step; an unbatched shared step runs on
+        # its thread (or loop) rather than paying two thread hand-offs around it.
+        return InferenceRequest(
+            model,
+            inputs,
+            version=version,
+            tensors=_are_tensors(inputs),
+            timeout_ms=timeout_ms,
+            inline=True,
         )
-        started = self._clock()
-        ok = False
-        try:
-            output = self._service.infer(request).output
-            ok = True
-            return output
-        finally:
-            seconds = self._clock() - started
-            if ok:
-                usual = self._usual_s.get(owner, seconds)
-                self._usual_s[owner] = usual + _SMOOTHING * (seconds - usual)
-            if self._listener is not None:
-                self._listener.step_finished(*owner, seconds, ok)
+
+    def _finished(self, owner: tuple[str, str, str], started: float, ok: bool) -> None:
+        seconds = self._clock() - started
+        if ok:
+            usual = self._usual_s.get(owner, seconds)
+            self._usual_s[owner] = usual + _SMOOTHING * (seconds - usual)
+        if self._listener is not None:
+            self._listener.step_finished(*owner, seconds, ok)
 
     def check_ready(self, model: str, version: str | None, step: str) -> None:
         """Raise ModelLoadError naming ``step`` unless ``model`` (``version``) is READY."""

@@ -8,6 +8,7 @@ steps at once, within the request's deadline.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -113,22 +114,59 @@ class ComposedModel(Model):
         results: dict[str, Any] = {REQUEST: features}
         for wave in self._waves:
             calls = [self._step_call(step, results, deadline) for step in wave]
-            for step, outcome in zip(wave, self._run(calls, deadline, wave), strict=True):
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                results[step.name] = outcome
-        outputs = self.spec.outputs
+            self._collect(wave, self._run(calls, deadline, wave), results)
+        return self._answer(self.spec, results)
+
+    async def predict_async(self, features: Any, deadline: float | None) -> Any:
+        """:meth:`predict` on an event loop: each wave's steps awaited together, no thread."""
+        if isinstance(self.spec, EnsembleVersion):
+            outcomes = await self._gather(list(self.spec.steps), {REQUEST: features}, deadline)
+            return self._combine(self.spec, outcomes)
+        results: dict[str, Any] = {REQUEST: features}
+        for wave in self._waves:
+            self._collect(wave, await self._gather(wave, results, deadline), results)
+        return self._answer(self.spec, results)
+
+    async def _gather(
+        self, steps: list[Step], results: Mapping[str, Any], deadline: float | None
+    ) -> list[Any]:
+        """Await ``steps`` at once: their answers, or the errors they raised."""
+        calls = [
+            self._caller.call_async(
+                step.model,
+                step.version,
+                self._inputs(step, results),
+                owner=(self.settings.name, self.settings.version, step.name),
+                deadline=deadline,
+            )
+            for step in steps
+        ]
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    @staticmethod
+    def _collect(wave: list[Step], outcomes: list[Any], results: dict[str, Any]) -> None:
+        for step, outcome in zip(wave, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results[step.name] = outcome
+
+    @staticmethod
+    def _answer(spec: PipelineVersion, results: Mapping[str, Any]) -> Any:
+        outputs = spec.outputs
         if isinstance(outputs, Reference):
             return _read(outputs, results, "the answer")
         return {name: _read(ref, results, "the answer") for name, ref in outputs.items()}
 
+    @staticmethod
+    def _inputs(step: Step, results: Mapping[str, Any]) -> Any:
+        if step.inputs is None:
+            return results[REQUEST]
+        return {name: _read(ref, results, step.name) for name, ref in step.inputs.items()}
+
     def _step_call(
         self, step: Step, results: Mapping[str, Any], deadline: float | None
     ) -> Callable[[], Any]:
-        if step.inputs is None:
-            inputs = results[REQUEST]
-        else:
-            inputs = {name: _read(ref, results, step.name) for name, ref in step.inputs.items()}
+        inputs = self._inputs(step, results)
         owner = (self.settings.name, self.settings.version, step.name)
 
         def call() -> Any:
@@ -166,7 +204,10 @@ class ComposedModel(Model):
     def _ensemble(self, spec: EnsembleVersion, features: Any, deadline: float | None) -> Any:
         steps = list(spec.steps)
         calls = [self._step_call(step, {REQUEST: features}, deadline) for step in steps]
-        outcomes = self._run(calls, deadline, steps)
+        return self._combine(spec, self._run(calls, deadline, steps))
+
+    def _combine(self, spec: EnsembleVersion, outcomes: list[Any]) -> Any:
+        """The members' answers combined, or the first failure under the failure policy."""
         answers, weights, failed = [], [], []
         for member, outcome in zip(spec.members, outcomes, strict=True):
             if isinstance(outcome, BaseException):

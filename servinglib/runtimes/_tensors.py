@@ -63,6 +63,8 @@ def to_arrays(
             raise InvalidInputError(
                 f"input {name!r}: cannot convert to {dtype}: {e}", field=name
             ) from e
+        if arrays[name].dtype.kind != "f":
+            continue  # only floats hold NaN or Infinity (and the message costs a dtype str)
         try:
             check_finite(arrays[name], f"input {name!r} of model {model!r} (as {dtype})")
         except InvalidInputError as e:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import requests
 
-from tests.composition_service import composition_service
+from benchmarks.composition_service import composition_service
 from tests.conftest import LiveServer, launch, stop
 from tests.integration.test_shadow_traffic_server import total, wait_for_metric
 

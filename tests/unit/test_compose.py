@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from benchmarks.composition_service import composition_service
 from servinglib.compose.combiners import CombineError, combine
 from servinglib.compose.order import step_order
 from servinglib.compose.spec import Reference, Step
@@ -14,7 +16,6 @@ from servinglib.errors import ConfigError, DeadlineExceededError, PredictionErro
 from servinglib.registry import VersionState
 from servinglib.service import InferenceRequest
 from servinglib.worker import Worker, build_worker
-from tests.composition_service import composition_service
 
 PROJECT = '{name: project, model: linear, version: "1", inputs: {x: scale.x}}'
 
@@ -158,3 +159,39 @@ def test_a_step_never_starts_past_the_shared_deadline(worker: Worker) -> None:
     request = InferenceRequest("classify", {"values": [1, 2, 3, 4]}, timeout_ms=1e-6)
     with pytest.raises(DeadlineExceededError):
         worker.service.infer(request)
+
+
+def test_unbatched_shared_steps_run_on_the_composed_models_thread(worker: Worker) -> None:
+    def batches(model: str) -> float:
+        labels = {"model": model, "version": "1"}
+        value = worker.metrics.registry.get_sample_value("servinglib_batch_size_count", labels)
+        return value or 0.0
+
+    request = InferenceRequest("classify", {"values": [1, 2, 3, 4]}, version="1")
+    before = {model: batches(model) for model in ("prep", "linear", "head")}
+    for _ in range(20):
+        assert worker.service.infer(request).output["score"] == 6.0
+    assert batches("prep") == before["prep"]  # no step went through their executors
+    assert batches("head") == before["head"]
+    assert batches("linear") == before["linear"] + 20  # the batched step did
+
+
+def test_on_an_event_loop_composed_models_await_their_steps(worker: Worker) -> None:
+    def infer(request: InferenceRequest) -> object:
+        return asyncio.run(worker.service.infer_async(request)).output
+
+    def queued(model: str) -> float:
+        labels = {"model": model, "version": "1"}
+        value = worker.metrics.registry.get_sample_value("servinglib_batch_size_count", labels)
+        return value or 0.0
+
+    before = queued("classify")
+    request = InferenceRequest("classify", {"values": [1, 2, 3, 4]}, version="1")
+    assert infer(request) == {"label": 1, "score": 6.0}
+    assert queued("classify") == before  # no thread of the pipeline's own executor
+    assert infer(InferenceRequest("vote-rest", {"fail": True})) == {"score": 2.0}
+    with pytest.raises(PredictionError, match="model 'flaky' version '1' failed"):
+        infer(InferenceRequest("vote-fail", {"fail": True}))
+    late = InferenceRequest("classify", {"values": [1, 2, 3, 4]}, timeout_ms=1e-6)
+    with pytest.raises(DeadlineExceededError):
+        infer(late)

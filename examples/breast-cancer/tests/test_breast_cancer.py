@@ -156,8 +156,13 @@ def test_training_is_reproducible(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.usefixtures("own_models_package")
-def test_the_ensemble_of_both_versions_passes_its_self_tests() -> None:
-    records = run_all_selftests(load_config(EXAMPLE / "servinglib.yaml"))
+@pytest.mark.parametrize(
+    "config_path",
+    [EXAMPLE / "servinglib.yaml", EXAMPLE.parent / "servinglib.yaml"],
+    ids=["breast-cancer", "all-examples"],
+)
+def test_the_ensemble_of_both_versions_passes_its_self_tests(config_path: Path) -> None:
+    records = run_all_selftests(load_config(config_path))
     ensemble = next(r for r in records if r.model == "breast-cancer-ensemble")
     assert ensemble.state is VersionState.READY, ensemble.reason
     assert len(ensemble.report.cases) == 3

@@ -1,4 +1,9 @@
-"""The composition fixture service copied into a directory, with its ONNX member built."""
+"""The composition service copied into a directory, with its ONNX member built.
+
+``services/composition`` holds small members (a scaler, a decision head, constants, a flaky
+one), a 3-step pipeline whose middle step is a batched ONNX MatMul, and ensembles. The
+composition benchmark measures it, and the test suite uses it as its composition fixture.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FIXTURE = Path(__file__).parent / "fixtures" / "composition"
+SERVICE = Path(__file__).parent / "services" / "composition"
 
 # y = x @ W: the second column wins for increasing inputs ([1, 2, 3, 4] -> [4, 6]).
 WEIGHTS = np.array([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float32)
@@ -30,7 +35,7 @@ def linear_onnx(path: Path) -> None:
 
 
 def composition_service(directory: Path) -> Path:
-    """Copy the fixture into ``directory``; returns its servinglib.yaml."""
-    shutil.copytree(FIXTURE, directory, dirs_exist_ok=True)
+    """Copy the service into ``directory``; returns its servinglib.yaml."""
+    shutil.copytree(SERVICE, directory, dirs_exist_ok=True)
     linear_onnx(directory / "models" / "linear" / "1" / "model.onnx")
     return directory / "servinglib.yaml"

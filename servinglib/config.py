@@ -116,6 +116,7 @@ class ShadowExecutorConfig:
 
     max_concurrency: int = 2
     max_queue: int = 64
+    isolation: str = "thread"
 
 
 @dataclass(frozen=True)

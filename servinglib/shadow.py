@@ -2,9 +2,11 @@
 
 The primary answers the client first. Then, for each configured shadow whose sample
 draw hits, a copy of the decoded request and the primary's output go to a bounded
-per-worker executor. When the executor and its queue are full, the copy is dropped and
-counted; nothing waits. Shadow exceptions and timeouts are logged and counted, and can
-never change the primary's status or body.
+per-worker executor, which runs it on the shadow version's own executor in the worker
+(``isolation: thread``) or in the worker's shadow process (``isolation: process``).
+When the executor and its queue are full, the copy is dropped and counted; nothing
+waits. Shadow exceptions and timeouts are logged and counted, and can never change the
+primary's status or body.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servinglib._importing import import_object
+from servinglib._shadow_process import ShadowProcess
 from servinglib.config import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
 from servinglib.errors import ConfigError, DeadlineExceededError, ServinglibError
 from servinglib.model import Tolerance
@@ -243,6 +246,17 @@ class ShadowRouter:
         )
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
+        self._process: ShadowProcess | None = None
+        if self.enabled and bounds.isolation == "process":
+            self._process = ShadowProcess(
+                config.source, kill_margin_s=config.server.watchdog_margin_s
+            )
+            self._process.start()
+
+    @property
+    def process_pid(self) -> int | None:
+        """The worker's shadow process, with ``isolation: process`` (None otherwise)."""
+        return None if self._process is None else self._process.pid
 
     def submit(
         self,
@@ -294,7 +308,9 @@ class ShadowRouter:
         outcome = "ok"
         try:
             timeout_s = shadow.config.timeout_ms / 1000
-            if self.run_on is not None:  # the version's own threads: instances stay exclusive
+            if self._process is not None:  # a process of its own: no CPU taken from the primary
+                answer = self._process.call(model, version, features, timeout_s)
+            elif self.run_on is not None:  # the version's own threads: instances stay exclusive
                 answer = self.run_on(model, version, features, timeout_s)
             else:
                 instance = self._registry.get(model, version).instance
@@ -351,3 +367,5 @@ class ShadowRouter:
             pending = set(self._pending)
         if pending:
             wait(pending, timeout=timeout_s)
+        if self._process is not None:
+            self._process.close()

@@ -29,6 +29,13 @@ def apply_env_overrides(
                 raise ConfigError(
                     f"{value!r} is not an integer; set a whole number", source=f"${var}"
                 ) from e
+        elif spec.get("type") == "number":
+            try:
+                server[key] = float(value)
+            except ValueError as e:
+                raise ConfigError(
+                    f"{value!r} is not a number; set one such as 2.5", source=f"${var}"
+                ) from e
         else:
             server[key] = value
     if server:

@@ -78,6 +78,7 @@ class ShadowProcess:
         self._pending: dict[int, tuple[Connection, Future[Any]]] = {}
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
+        self._loaded = threading.Event()  # the current process has loaded its versions
         self._started_at = -float("inf")
         self._closed = False
 
@@ -90,6 +91,15 @@ class ShadowProcess:
         """Start the shadow process now (it loads its versions in the background)."""
         with self._lock:
             self._ensure_running()
+
+    def wait_loaded(self, timeout_s: float) -> bool:
+        """Wait until the process has loaded its versions; False if it did not (or died)."""
+        deadline = self._clock() + timeout_s
+        while not self._loaded.wait(0.1):
+            process = self._process
+            if process is None or process.poll() is not None or self._clock() > deadline:
+                return False
+        return True
 
     def call(self, model: str, version: str, features: Any, timeout_s: float) -> Any:
         """Run one copy in the shadow process and return its answer.
@@ -108,6 +118,10 @@ class ShadowProcess:
                 raise ModelNotReadyError(
                     model, version, "unavailable", "the shadow process is restarting"
                 )
+            if not self._loaded.is_set():  # nothing queues behind a loading process
+                raise ModelNotReadyError(
+                    model, version, "loading", "the shadow process is loading its versions"
+                )
             self._pending[call_id] = (connection, future)
         try:
             with self._send_lock:
@@ -122,7 +136,7 @@ class ShadowProcess:
         try:  # silent past the deadline: late, or hung for good?
             future.result(timeout=self._kill_margin_s)
         except FutureTimeout:
-            self._kill(f"no answer {self._kill_margin_s:g} s after a copy's deadline")
+            self._kill(connection, f"no answer {self._kill_margin_s:g} s past a deadline")
         except Exception:  # the late answer's own failure changes nothing: it was late
             log.debug("a late shadow answer failed", exc_info=True)
         finally:
@@ -152,19 +166,26 @@ class ShadowProcess:
             )
         connection = Connection(ours.detach())
         self._connection = connection
+        self._loaded = loaded = threading.Event()
         threading.Thread(
-            target=self._read, args=(connection,), name="servinglib-shadow-reader", daemon=True
+            target=self._read,
+            args=(connection, loaded),
+            name="servinglib-shadow-reader",
+            daemon=True,
         ).start()
         log.info("shadow process %d started (nice %d)", self._process.pid, NICENESS)
         return connection
 
-    def _read(self, connection: Connection) -> None:
+    def _read(self, connection: Connection, loaded: threading.Event) -> None:
         """Hand each answer to its waiting copy until the process goes away."""
         while True:
             try:
                 call_id, outcome, value = connection.recv()
             except (EOFError, OSError):
                 break
+            if outcome == "loaded":
+                loaded.set()
+                continue
             entry = self._forget(call_id)
             if entry is None:  # its caller gave up already
                 continue
@@ -190,9 +211,10 @@ class ShadowProcess:
         with self._lock:
             return self._pending.pop(call_id, None)
 
-    def _kill(self, why: str) -> None:
+    def _kill(self, connection: Connection, why: str) -> None:
+        """Kill the process behind ``connection``, unless it is gone already."""
         with self._lock:
-            process = self._process
+            process = self._process if self._connection is connection else None
         if process is not None and process.poll() is None:
             log.error("shadow process %d killed: %s; it restarts on a later copy", process.pid, why)
             process.kill()
@@ -271,7 +293,8 @@ def main(argv: list[str]) -> int:
     """``python -m servinglib._shadow_process CONFIG FD``: serve copies until EOF."""
     config_path, fd = Path(argv[0]), int(argv[1])
     os.nice(NICENESS)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on the group: the worker decides
+    for stop in (signal.SIGINT, signal.SIGTERM):  # a signal to the group: the worker decides
+        signal.signal(stop, signal.SIG_IGN)  # (this process leaves when its socket closes)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     logging.basicConfig(
         stream=sys.stderr,
@@ -282,6 +305,7 @@ def main(argv: list[str]) -> int:
     config = load_config(config_path)
     logging.getLogger().setLevel(config.server.log_level.upper())
     child = _Child(config)
+    connection.send((-1, "loaded", None))
     while True:
         try:
             call_id, model, version, features, deadline = connection.recv()

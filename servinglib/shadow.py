@@ -253,10 +253,18 @@ class ShadowRouter:
             )
             self._process.start()
 
-    @property
-    def process_pid(self) -> int | None:
-        """The worker's shadow process, with ``isolation: process`` (None otherwise)."""
-        return None if self._process is None else self._process.pid
+    def wait_ready(self) -> None:
+        """With ``isolation: process``: wait until the shadow process has loaded its versions.
+
+        Bounded by the shadowed models' ``load_timeout_s``; copies meanwhile count as
+        ``not_ready``.
+        """
+        if self._process is None:
+            return
+        config = self._registry.config
+        budget = sum(m.load_timeout_s for m in config.models for _ in m.shadows)
+        if not self._process.wait_loaded(budget):
+            log.warning("the shadow process did not load its versions; copies are not_ready")
 
     def submit(
         self,

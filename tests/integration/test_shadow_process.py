@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from servinglib._shadow_process import ShadowProcess, ShadowProcessError
-from servinglib.errors import DeadlineExceededError
+from servinglib.errors import DeadlineExceededError, ModelNotReadyError
 from tests.conftest import launch, stop
 
 pytestmark = pytest.mark.integration
@@ -46,25 +46,17 @@ def write_service(directory: Path) -> Path:
 def shadows(tmp_path: Path) -> Iterator[ShadowProcess]:
     process = ShadowProcess(write_service(tmp_path), kill_margin_s=0.5, restart_s=0.0)
     process.start()
+    assert process.wait_loaded(120)
     yield process
     process.close()
 
 
-def answer_within(
-    shadows: ShadowProcess, features: dict[str, object], wait_s: float = 60
-) -> object:
-    """The first answer, allowing for the child's start-up (loading and self-tests)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return shadows.call("m", "2", features, timeout_s=5.0)
-        except DeadlineExceededError:
-            if time.monotonic() > deadline:
-                raise
+def send_copy(shadows: ShadowProcess, features: object) -> object:
+    return shadows.call("m", "2", features, timeout_s=5.0)
 
 
 def test_copies_run_in_a_child_at_the_lowest_cpu_priority(shadows: ShadowProcess) -> None:
-    answer = answer_within(shadows, {"pid": True})
+    answer = send_copy(shadows, {"pid": True})
     assert answer == {"ok": True, "pid": shadows.pid}
     assert shadows.pid != os.getpid()
     assert shadows.pid is not None
@@ -72,31 +64,30 @@ def test_copies_run_in_a_child_at_the_lowest_cpu_priority(shadows: ShadowProcess
 
 
 def test_a_failing_copy_reports_the_models_error(shadows: ShadowProcess) -> None:
-    answer_within(shadows, {})
     with pytest.raises(ShadowProcessError, match="AttributeError"):
-        shadows.call("m", "2", ["not", "a", "mapping"], timeout_s=5.0)
+        send_copy(shadows, ["not", "a", "mapping"])
 
 
 def test_a_hung_copy_is_killed_and_the_process_restarts(shadows: ShadowProcess) -> None:
-    answer_within(shadows, {})
     hung = shadows.pid
     with pytest.raises(DeadlineExceededError):
         shadows.call("m", "2", {"hang": True}, timeout_s=0.2)
     assert hung is not None
     with pytest.raises(ProcessLookupError):  # killed and reaped
         os.kill(hung, 0)
-    assert answer_within(shadows, {"pid": True}) == {"ok": True, "pid": shadows.pid}
+    with pytest.raises(ModelNotReadyError, match="loading"):  # the next copy starts a new one
+        send_copy(shadows, {})
+    assert shadows.wait_loaded(120)
+    assert send_copy(shadows, {"pid": True}) == {"ok": True, "pid": shadows.pid}
     assert shadows.pid != hung
 
 
 def test_an_unknown_version_is_not_ready(shadows: ShadowProcess) -> None:
-    answer_within(shadows, {})
-    with pytest.raises(Exception, match="has no version '7'"):
+    with pytest.raises(ModelNotReadyError, match="has no version '7'"):
         shadows.call("m", "7", {}, timeout_s=5.0)
 
 
 def test_close_stops_the_child(shadows: ShadowProcess) -> None:
-    answer_within(shadows, {})
     pid = shadows.pid
     assert pid is not None
     shadows.close()

@@ -30,7 +30,7 @@ import orjson
 from gunicorn.http2 import negotiation
 from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 
-__all__ = ["GuardedThreadWorker"]
+__all__ = ["GuardedThreadWorker", "json_refusal"]
 
 _READ_BYTES = 65536
 
@@ -117,11 +117,7 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         return int(self.cfg.limit_request_line + fields)
 
     def _refuse(self, conn: TConn, status: str, size: int) -> None:
-        body = orjson.dumps({"error": f"the request head is larger than {size - 1} bytes"})
-        answer = (
-            f"HTTP/1.1 {status}\r\nServer: gunicorn\r\nConnection: close\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode("latin-1") + body
+        answer = json_refusal(status, f"the request head is larger than {size - 1} bytes")
         with contextlib.suppress(OSError):  # best effort: a client not reading gets nothing
             conn.sock.send(answer)
         self._drop(conn)
@@ -174,3 +170,13 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         if now - self._stopping_at >= STOP_KEEPALIVE_LINGER:
             for conn in [c for c in self.heads if not c.head]:
                 self._drop(conn)
+
+
+def json_refusal(status: str, message: str) -> bytes:
+    """A complete HTTP/1.1 answer that closes the connection: ``{"error": message}``."""
+    body = orjson.dumps({"error": message})
+    head = (
+        f"HTTP/1.1 {status}\r\nServer: gunicorn\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body

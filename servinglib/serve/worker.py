@@ -25,11 +25,9 @@ import re
 import select
 from typing import Any
 
-import orjson
-
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
-from servinglib.serve.thread_connections import GuardedThreadWorker
+from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
 from servinglib.worker import Worker
 
 __all__ = ["LINGER_S", "LingeringThreadWorker"]
@@ -67,13 +65,8 @@ class LingeringThreadWorker(GuardedThreadWorker):
         captured = _CapturedAnswer(client)
         super().handle_error(req, captured, addr, exc)
         status, message = captured.status_and_message()
-        body = orjson.dumps({"error": message})
-        head = (
-            f"HTTP/1.1 {status}\r\nServer: gunicorn\r\nConnection: close\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
         try:
-            client.sendall(head.encode("latin-1") + body)
+            client.sendall(json_refusal(status, message))
         except OSError:
             self.log.debug("Failed to send error message.")
 

@@ -7,9 +7,9 @@ a time), over a socket pair carrying pickled messages. The child has its own int
 lock, and the kernel gives the worker's threads the CPU first whenever both want it.
 
 The worker side (:class:`ShadowProcess`) sends ``(id, model, version, features, deadline)``
-and gets ``(id, outcome, value)`` back. A copy the child cannot start before its deadline
-is answered ``late`` at once; a child that stays silent past a copy's deadline plus a
-margin is killed and started again on a later copy (at most once per ``restart_s``).
+and gets ``(id, outcome, value, cpu_seconds)`` back. A copy the child cannot start before
+its deadline is answered ``late`` at once; a child that stays silent past a copy's deadline
+plus a margin is killed and started again on a later copy (at most once per ``restart_s``).
 """
 
 from __future__ import annotations
@@ -67,11 +67,13 @@ class ShadowProcess:
         kill_margin_s: float = 5.0,
         restart_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        on_cpu: Callable[[float], None] | None = None,
     ) -> None:
         self._config_path = config_path
         self._kill_margin_s = kill_margin_s
         self._restart_s = restart_s
         self._clock = clock
+        self._on_cpu = on_cpu  # told the CPU seconds of every copy the process answered
         self._lock = threading.Lock()  # guards the process fields and the pending copies
         self._send_lock = threading.Lock()  # one writer at a time (a send may block)
         self._ids = itertools.count()
@@ -180,9 +182,11 @@ class ShadowProcess:
         """Hand each answer to its waiting copy until the process goes away."""
         while True:
             try:
-                call_id, outcome, value = connection.recv()
+                call_id, outcome, value, cpu_s = connection.recv()
             except (EOFError, OSError):
                 break
+            if self._on_cpu is not None and cpu_s:
+                self._on_cpu(cpu_s)
             if outcome == "loaded":
                 loaded.set()
                 continue
@@ -305,25 +309,31 @@ def main(argv: list[str]) -> int:
     config = load_config(config_path)
     logging.getLogger().setLevel(config.server.log_level.upper())
     child = _Child(config)
-    connection.send((-1, "loaded", None))
+    connection.send((-1, "loaded", None, 0.0))
+    _serve(connection, child)
+    return 0
+
+
+def _serve(connection: Connection, child: _Child) -> None:
+    """Answer copies one at a time, each with the CPU seconds it took, until EOF."""
     while True:
         try:
             call_id, model, version, features, deadline = connection.recv()
         except (EOFError, OSError):
-            return 0
+            return
+        cpu = time.process_time()
         if time.monotonic() >= deadline:  # CLOCK_MONOTONIC is the same in every process
-            reply: tuple[str, Any] = (
-                "late",
-                f"shadow {model!r} version {version!r}: queued past its deadline",
-            )
+            late = f"shadow {model!r} version {version!r}: queued past its deadline"
+            reply: tuple[str, Any] = ("late", late)
         else:
             reply = child.answer(model, version, features)
+        cpu_s = time.process_time() - cpu
         try:
-            connection.send((call_id, *reply))
+            connection.send((call_id, *reply, cpu_s))
         except (OSError, ValueError):
-            return 0
+            return
         except Exception as e:  # an answer pickle cannot carry
-            connection.send((call_id, "error", f"the answer cannot be sent back: {e}"))
+            connection.send((call_id, "error", f"the answer cannot be sent back: {e}", cpu_s))
 
 
 if __name__ == "__main__":

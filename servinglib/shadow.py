@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servinglib._importing import import_object
+from servinglib._shadow_budget import CpuBudget
 from servinglib._shadow_process import ShadowProcess
 from servinglib.config import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
 from servinglib.errors import ConfigError, DeadlineExceededError, ServinglibError
@@ -56,6 +57,9 @@ class ShadowListener(Protocol):
 
     def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
         """The executor was full: the copy was not run."""
+
+    def shadow_shed(self, model: str, primary: str, shadow: str) -> None:
+        """The shadows' CPU budget was spent: the copy was not run."""
 
     def shadow_finished(
         self, model: str, primary: str, shadow: str, outcome: str, seconds: float
@@ -246,10 +250,15 @@ class ShadowRouter:
         )
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
+        self._budget: CpuBudget | None = None
+        if bounds.max_cpu_share is not None:
+            self._budget = CpuBudget(bounds.max_cpu_share)
         self._process: ShadowProcess | None = None
         if self.enabled and bounds.isolation == "process":
             self._process = ShadowProcess(
-                config.source, kill_margin_s=config.server.watchdog_margin_s
+                config.source,
+                kill_margin_s=config.server.watchdog_margin_s,
+                on_cpu=None if self._budget is None else self._budget.spend,
             )
             self._process.start()
 
@@ -279,6 +288,10 @@ class ShadowRouter:
         for shadow in self._shadows.get(model, ()):
             version = shadow.config.version
             if version == primary or self._rng() >= shadow.config.sample_rate:
+                continue
+            if self._budget is not None and not self._budget.admit():
+                if self._listener:
+                    self._listener.shadow_shed(model, primary, version)
                 continue
             if not self._slots.acquire(blocking=False):
                 if self._listener:
@@ -363,6 +376,8 @@ class ShadowRouter:
             )
         finally:
             self._slots.release()
+            if self._budget is not None and self._process is None:  # interpreter-lock time
+                self._budget.spend(time.perf_counter() - started)
             if self._listener:
                 self._listener.shadow_finished(
                     model, primary, version, outcome, time.perf_counter() - started

@@ -87,6 +87,22 @@ def test_an_unknown_version_is_not_ready(shadows: ShadowProcess) -> None:
         shadows.call("m", "7", {}, timeout_s=5.0)
 
 
+def test_each_answer_reports_the_cpu_seconds_it_took(tmp_path: Path) -> None:
+    spent: list[float] = []
+    process = ShadowProcess(write_service(tmp_path), on_cpu=spent.append)
+    process.start()
+    try:
+        assert process.wait_loaded(120)
+        process.call("m", "2", {"sleep_s": 0.1}, timeout_s=5.0)  # waits: next to no CPU
+        process.call("m", "2", {"burn_s": 0.1, "sleep_s": 0}, timeout_s=5.0)  # computes
+    finally:
+        process.close()
+    assert len(spent) == 2, spent
+    asleep, burning = spent
+    assert asleep < 0.05, spent
+    assert burning > asleep, spent  # (at nice 19 a loaded machine may grant it little CPU)
+
+
 def test_close_stops_the_child(shadows: ShadowProcess) -> None:
     pid = shadows.pid
     assert pid is not None

@@ -2,13 +2,14 @@
 
     python benchmarks/shadow_cpu.py --seconds 20 --repeats 3   # writes its docs section
 
-Three services run at once, each on two asyncio workers, each the tests' misbehaving model
+Four services run at once, each on two asyncio workers, each the tests' misbehaving model
 (version 1: 2 ms of sleep per call): without a shadow; with version 2 (50 ms of pure-Python
 CPU per call, holding the interpreter lock) shadowing every request in the worker
-(``isolation: thread``); and the same shadow in each worker's shadow process
-(``isolation: process``). The same open-ish load (`hey`, 4 connections, 5 requests/s each)
-runs against each in turn, ``--repeats`` times, and the percentiles are over every request
-of all runs. The shadow copies that ran and those dropped are read from /metrics.
+(``isolation: thread``); the same under a CPU budget of 2 % of a core
+(``max_cpu_share: 0.02``); and the same shadow in each worker's shadow process
+(``isolation: process``). The same load (`hey`, 4 connections, 5 requests/s each) runs
+against each in turn, ``--repeats`` times, and the percentiles are over every request of all
+runs. The shadow copies that ran, were dropped or were shed are read from /metrics.
 """
 
 from __future__ import annotations
@@ -27,23 +28,26 @@ from run import HEADER, ROOT, _machine, start_servinglib, write_docs
 
 BODY = {"model_id": "m", "features": {}}
 CONNECTIONS, RATE_PER_CONNECTION = 4, 5
-SETUPS = {
+SETUPS = {  # label: shadow_executor settings ("": no shadow)
     "no shadow": "",
-    "shadow 100 %, 50 ms CPU, in the worker (isolation: thread)": "thread",
-    "shadow 100 %, 50 ms CPU, in a shadow process (isolation: process)": "process",
+    "shadow 100 %, 50 ms CPU, in the worker (isolation: thread)": "isolation: thread",
+    "shadow 100 %, 50 ms CPU, in the worker, max_cpu_share: 0.02": (
+        "isolation: thread, max_cpu_share: 0.02"
+    ),
+    "shadow 100 %, 50 ms CPU, in a shadow process (isolation: process)": "isolation: process",
 }
 
 
-def _service(workdir: Path, isolation: str) -> Path:
-    service = workdir / (isolation or "plain")
+def _service(workdir: Path, executor: str) -> Path:
+    service = workdir / f"service-{len(list(workdir.glob('service-*')))}"
     shutil.copytree(ROOT / "tests/fixtures/reliability/models", service / "models")
     versions = service / "models" / "misbehaving"
     shutil.copytree(versions / "1", versions / "2")
     (versions / "2" / "behaviour.json").write_text(json.dumps({"burn_s": 0.05}))
-    shadow = "    shadow:\n      - {version: '2', sample_rate: 1.0}\n" if isolation else ""
-    executor = f"shadow_executor: {{isolation: {isolation}}}\n" if isolation else ""
+    shadow = "    shadow:\n      - {version: '2', sample_rate: 1.0}\n" if executor else ""
+    settings = f"shadow_executor: {{{executor}}}\n" if executor else ""
     (service / "servinglib.yaml").write_text(
-        f"service: bench-shadow-cpu\n{executor}models:\n  - name: m\n"
+        f"service: bench-shadow-cpu\n{settings}models:\n  - name: m\n"
         "    class: models/misbehaving/model.py:Misbehaving\n"
         f"    repository: models/misbehaving\n    default_version: '1'\n{shadow}"
     )
@@ -64,6 +68,8 @@ def _shadow_counts(url: str) -> dict[str, float]:
                 counts[outcome] = counts.get(outcome, 0.0) + sample.value
             elif sample.name == "servinglib_shadow_dropped_total":
                 counts["dropped"] = counts.get("dropped", 0.0) + sample.value
+            elif sample.name == "servinglib_shadow_shed_total":
+                counts["shed"] = counts.get("shed", 0.0) + sample.value
     return counts
 
 
@@ -72,7 +78,7 @@ def measure(
 ) -> tuple[list[LoadResult], list[dict[str, float]]]:
     """Pooled primary latencies of every setup, and the shadow copies each one ran."""
     servers = {
-        label: start_servinglib(_service(workdir, iso), workdir) for label, iso in SETUPS.items()
+        label: start_servinglib(_service(workdir, s), workdir) for label, s in SETUPS.items()
     }
     runs: dict[str, list[LoadResult]] = {label: [] for label in SETUPS}
     try:
@@ -103,7 +109,7 @@ def measure(
 
 def render(results: list[LoadResult], counts: list[dict[str, float]], command: str) -> str:
     """The docs section, between markers."""
-    plain, thread, process = results
+    plain, thread, budget, process = results
 
     def ran(count: dict[str, float]) -> str:
         parts = [f"{k} {v:,.0f}" for k, v in sorted(count.items()) if v]
@@ -121,12 +127,14 @@ def render(results: list[LoadResult], counts: list[dict[str, float]], command: s
             HEADER,
             *(r.row() for r in results),
             "",
-            f"Primary p95 with the shadow in the worker: **{_change(thread, plain)}**; in a "
-            f"shadow process: **{_change(process, plain)}** (target <= +15 %). p50: "
-            f"{plain.p50_ms:.2f} / {thread.p50_ms:.2f} / {process.p50_ms:.2f} ms. The three "
-            "services run side by side; the load alternates between them run by run, and the "
-            "percentiles are over every request of all runs. Shadow copies during the measured "
-            f"runs: in the worker {ran(counts[1])}; in a shadow process {ran(counts[2])}.",
+            f"Primary p95 with the shadow in the worker: **{_change(thread, plain)}**; in the "
+            f"worker with a 2 % CPU budget: **{_change(budget, plain)}**; in a shadow process: "
+            f"**{_change(process, plain)}** (target <= +15 %). p50: "
+            + " / ".join(f"{r.p50_ms:.2f}" for r in results)
+            + " ms. The services run side by side; the load alternates between them run by "
+            "run, and the percentiles are over every request of all runs. Shadow copies during "
+            f"the measured runs: in the worker {ran(counts[1])}; with the budget "
+            f"{ran(counts[2])}; in a shadow process {ran(counts[3])}.",
             "",
             "<!-- bench:shadow-cpu:end -->",
         ]

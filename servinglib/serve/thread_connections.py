@@ -156,8 +156,9 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
     def murder_pending(self) -> None:
         """gthread's timeouts, and heads that took longer than ``header_timeout_s``.
 
-        Once the worker stops, a connection that sent nothing yet is closed after
-        ``STOP_KEEPALIVE_LINGER`` (as gthread does with kept-alive connections).
+        Once the worker stops, a connection whose head has not arrived is closed after
+        ``STOP_KEEPALIVE_LINGER`` (as gthread does with kept-alive connections), so that
+        slow clients cannot hold a stopping worker for ``header_timeout_s``.
         """
         super().murder_pending()
         now = time.monotonic()
@@ -168,8 +169,8 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         if self._stopping_at is None:
             self._stopping_at = now
         if now - self._stopping_at >= STOP_KEEPALIVE_LINGER:
-            for conn in [c for c in self.heads if not c.head]:
-                self._drop(conn)
+            while self.heads:
+                self._drop(self.heads[0])
 
 
 def json_refusal(status: str, message: str) -> bytes:

@@ -11,6 +11,12 @@ __all__ = ["ENV_PREFIX", "apply_env_overrides"]
 
 ENV_PREFIX = "SERVINGLIB_"
 
+# JSON Schema type -> (conversion, what the value should have been); others stay strings.
+_CONVERSIONS: dict[str, tuple[type[int] | type[float], str]] = {
+    "integer": (int, "an integer; set a whole number"),
+    "number": (float, "a number; set one such as 2.5"),
+}
+
 
 def apply_env_overrides(
     raw: dict[str, Any], environ: Mapping[str, str], server_schema: Mapping[str, Any]
@@ -22,13 +28,13 @@ def apply_env_overrides(
         if var not in environ:
             continue
         value = environ[var]
-        if spec.get("type") == "integer":
+        convert = _CONVERSIONS.get(spec.get("type", ""))
+        if convert is not None:
+            kind, hint = convert
             try:
-                server[key] = int(value)
+                server[key] = kind(value)
             except ValueError as e:
-                raise ConfigError(
-                    f"{value!r} is not an integer; set a whole number", source=f"${var}"
-                ) from e
+                raise ConfigError(f"{value!r} is not {hint}", source=f"${var}") from e
         else:
             server[key] = value
     if server:

@@ -116,6 +116,8 @@ class ShadowExecutorConfig:
 
     max_concurrency: int = 2
     max_queue: int = 64
+    isolation: str = "thread"
+    max_cpu_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 
 The primary answers the client first. Then, for each configured shadow whose sample
 draw hits, a copy of the decoded request and the primary's output go to a bounded
-per-worker executor. When the executor and its queue are full, the copy is dropped and
-counted; nothing waits. Shadow exceptions and timeouts are logged and counted, and can
-never change the primary's status or body.
+per-worker executor, which runs it on the shadow version's own executor in the worker
+(``isolation: thread``) or in the worker's shadow process (``isolation: process``).
+When the executor and its queue are full, the copy is dropped and counted; nothing
+waits. Shadow exceptions and timeouts are logged and counted, and can never change the
+primary's status or body.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servinglib._importing import import_object
+from servinglib._shadow_budget import CpuBudget
+from servinglib._shadow_process import ShadowProcess
 from servinglib.config import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
 from servinglib.errors import ConfigError, DeadlineExceededError, ServinglibError
 from servinglib.model import Tolerance
@@ -53,6 +57,9 @@ class ShadowListener(Protocol):
 
     def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
         """The executor was full: the copy was not run."""
+
+    def shadow_shed(self, model: str, primary: str, shadow: str) -> None:
+        """The shadows' CPU budget was spent: the copy was not run."""
 
     def shadow_finished(
         self, model: str, primary: str, shadow: str, outcome: str, seconds: float
@@ -243,6 +250,30 @@ class ShadowRouter:
         )
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
+        self._budget: CpuBudget | None = None
+        if bounds.max_cpu_share is not None:
+            self._budget = CpuBudget(bounds.max_cpu_share)
+        self._process: ShadowProcess | None = None
+        if self.enabled and bounds.isolation == "process":
+            self._process = ShadowProcess(
+                config.source,
+                kill_margin_s=config.server.watchdog_margin_s,
+                on_cpu=None if self._budget is None else self._budget.spend,
+            )
+            self._process.start()
+
+    def wait_ready(self) -> None:
+        """With ``isolation: process``: wait until the shadow process has loaded its versions.
+
+        Bounded by the shadowed models' ``load_timeout_s``; copies meanwhile count as
+        ``not_ready``.
+        """
+        if self._process is None:
+            return
+        config = self._registry.config
+        budget = sum(m.load_timeout_s for m in config.models for _ in m.shadows)
+        if not self._process.wait_loaded(budget):
+            log.warning("the shadow process did not load its versions; copies are not_ready")
 
     def submit(
         self,
@@ -257,6 +288,10 @@ class ShadowRouter:
         for shadow in self._shadows.get(model, ()):
             version = shadow.config.version
             if version == primary or self._rng() >= shadow.config.sample_rate:
+                continue
+            if self._budget is not None and not self._budget.admit():
+                if self._listener:
+                    self._listener.shadow_shed(model, primary, version)
                 continue
             if not self._slots.acquire(blocking=False):
                 if self._listener:
@@ -294,7 +329,9 @@ class ShadowRouter:
         outcome = "ok"
         try:
             timeout_s = shadow.config.timeout_ms / 1000
-            if self.run_on is not None:  # the version's own threads: instances stay exclusive
+            if self._process is not None:  # a process of its own: no CPU taken from the primary
+                answer = self._process.call(model, version, features, timeout_s)
+            elif self.run_on is not None:  # the version's own threads: instances stay exclusive
                 answer = self.run_on(model, version, features, timeout_s)
             else:
                 instance = self._registry.get(model, version).instance
@@ -339,6 +376,8 @@ class ShadowRouter:
             )
         finally:
             self._slots.release()
+            if self._budget is not None and self._process is None:  # interpreter-lock time
+                self._budget.spend(time.perf_counter() - started)
             if self._listener:
                 self._listener.shadow_finished(
                     model, primary, version, outcome, time.perf_counter() - started
@@ -351,3 +390,5 @@ class ShadowRouter:
             pending = set(self._pending)
         if pending:
             wait(pending, timeout=timeout_s)
+        if self._process is not None:
+            self._process.close()

@@ -101,6 +101,7 @@ def build_worker(
             "worker %d started NOT READY: a default version failed; see /models", os.getpid()
         )
     shadows.run_on = service.call_version  # shadow copies use the version's own threads
+    shadows.wait_ready()  # isolation: process loads the shadow versions alongside
     watcher = None
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)

@@ -407,14 +407,19 @@ def sections() -> tuple[Section, ...]:
                     width=8,
                 ),
                 Panel(
-                    "Shadow copies dropped",
+                    "Shadow copies dropped or shed",
                     "Copies dropped per second because the shadow executor of a worker was "
-                    "full, and the share of copies dropped.",
-                    ("shadow_dropped_total", "shadow_requests"),
+                    "full, the share of copies dropped, and copies shed because the shadows' "
+                    "CPU budget (shadow_executor.max_cpu_share) was spent.",
+                    ("shadow_dropped_total", "shadow_shed_total", "shadow_requests"),
                     (
                         Query(
                             rate("shadow_dropped_total", "model, shadow_version"),
                             "dropped/s {{model}} v{{shadow_version}}",
+                        ),
+                        Query(
+                            rate("shadow_shed_total", "model, shadow_version"),
+                            "shed/s {{model}} v{{shadow_version}}",
                         ),
                         Query(
                             f"{dropped} / ({dropped} + {shadow_ran})",

@@ -179,6 +179,15 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         _SHADOW_LABELS,
     ),
     MetricSpec(
+        "shadow_shed_total",
+        "counter",
+        "servinglib_shadow_shed_total",
+        "Shadow copies not run because the shadows' CPU budget "
+        "(shadow_executor.max_cpu_share) was spent; with a budget, every configured pair "
+        "starts at 0.",
+        _SHADOW_LABELS,
+    ),
+    MetricSpec(
         "shadow_latency",
         "histogram",
         "servinglib_shadow_latency_seconds",

@@ -174,11 +174,17 @@ class ServingMetrics:
             for shadow in model.shadows:
                 for primary in sorted(primaries - {shadow.version}):
                     self._child("shadow_dropped_total", model.name, primary, shadow.version)
+                    if config.shadow_executor.max_cpu_share is not None:
+                        self._child("shadow_shed_total", model.name, primary, shadow.version)
 
     # ShadowListener
     def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
         """Count a shadow copy dropped because the executor was full."""
         self._child("shadow_dropped_total", model, primary, shadow).inc()
+
+    def shadow_shed(self, model: str, primary: str, shadow: str) -> None:
+        """Count a shadow copy shed because the shadows' CPU budget was spent."""
+        self._child("shadow_shed_total", model, primary, shadow).inc()
 
     def shadow_finished(
         self, model: str, primary: str, shadow: str, outcome: str, seconds: float

@@ -6,7 +6,8 @@ next request arrives, and a new hand-off to the thread pool. For a client that s
 next request at once (a load balancer's pooled connection, a batch client), that costs more
 than the request itself. This worker lets the thread that answered wait a moment for the
 connection's next request and serve it directly; a connection that stays quiet goes back
-to the poller as before.
+to the poller as before. Request heads are read by the main thread first, with a time
+limit and a cap on open connections (:mod:`servinglib.serve.thread_connections`).
 
 It lingers only while every connection of the worker can have a thread of its own
 (connections <= threads), so it can never make a new connection wait for a thread, and not
@@ -24,11 +25,9 @@ import re
 import select
 from typing import Any
 
-import orjson
-from gunicorn.workers.gthread import ThreadWorker
-
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
+from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
 from servinglib.worker import Worker
 
 __all__ = ["LINGER_S", "LingeringThreadWorker"]
@@ -36,7 +35,7 @@ __all__ = ["LINGER_S", "LingeringThreadWorker"]
 LINGER_S = 0.002  # how long a thread waits for the next request of its connection
 
 
-class LingeringThreadWorker(ThreadWorker):  # type: ignore[misc]
+class LingeringThreadWorker(GuardedThreadWorker):
     """gthread, serving back-to-back requests of one connection on the same thread."""
 
     serving: Worker | None = None  # this process's worker, once built
@@ -45,6 +44,7 @@ class LingeringThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Load every model (the worker), then build the WSGI app around it."""
         serving = worker_from_environment()
         self.serving = serving
+        self.header_timeout_s = serving.config.server.header_timeout_s
         self.wsgi = create_app(
             serving.service, serving.metrics, serving.config.server, liveness=serving.is_live
         )
@@ -65,13 +65,8 @@ class LingeringThreadWorker(ThreadWorker):  # type: ignore[misc]
         captured = _CapturedAnswer(client)
         super().handle_error(req, captured, addr, exc)
         status, message = captured.status_and_message()
-        body = orjson.dumps({"error": message})
-        head = (
-            f"HTTP/1.1 {status}\r\nServer: gunicorn\r\nConnection: close\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
         try:
-            client.sendall(head.encode("latin-1") + body)
+            client.sendall(json_refusal(status, message))
         except OSError:
             self.log.debug("Failed to send error message.")
 

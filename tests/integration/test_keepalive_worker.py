@@ -101,3 +101,49 @@ def test_busy_connections_never_starve_a_new_one(
     # Without the connections <= threads rule the newcomer would wait for a hammer to stop
     # (its 30 s timeout); a loaded machine answers well within 10 s.
     assert waited < 10.0, f"a new connection waited {waited:.2f} s for a thread"
+
+
+@WORKERS
+def test_a_head_that_never_completes_is_closed_after_header_timeout_s(
+    start_server: Any, service_config: Path, worker: str
+) -> None:
+    """A slowloris client, trickling its head a byte at a time, holds nothing for long."""
+    server = start_server(
+        service_config,
+        "--workers",
+        "1",
+        "--threads",
+        "2",
+        "--worker",
+        worker,
+        env={"SERVINGLIB_HEADER_TIMEOUT_S": "2"},
+    )
+    parsed = urlparse(server.url)
+    trickling = []
+    for _ in range(4):  # more than the worker has threads
+        sock = socket.create_connection((parsed.hostname, parsed.port), timeout=30)
+        sock.sendall(b"POST /infer HTTP/1.1\r\nHost: x\r\n")
+        trickling.append(sock)
+    opened = time.monotonic()
+    meanwhile = _connection(server.url)
+    assert _infer(meanwhile)["output"] == {"score": 4.0}  # served all the same
+    meanwhile.close()
+    closed_after = []
+    for sock in trickling:
+        with sock:
+            sock.settimeout(0.2)
+            while time.monotonic() - opened < 60:
+                try:
+                    if sock.recv(1) == b"":
+                        break
+                except TimeoutError:
+                    pass  # still open: trickle on
+                except OSError:
+                    break  # reset: closed too
+                try:
+                    sock.send(b"X")
+                except OSError:
+                    break
+            closed_after.append(time.monotonic() - opened)
+    assert max(closed_after) < 30, f"open {max(closed_after):.1f} s; header_timeout_s is 2"
+    assert min(closed_after) >= 1.0, f"closed after {min(closed_after):.1f} s, before 2 s"

@@ -240,7 +240,10 @@ def test_a_signal_to_the_master_drains_and_loses_no_row(tmp_path: Path, signum: 
     assert set(failures) <= {"refused", "closed"}, failures  # 0 resets
 
 
-def test_slowloris_and_idle_connections_leave_room_for_real_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("worker", ["asyncio", "gthread"])
+def test_slowloris_and_idle_connections_leave_room_for_real_requests(
+    tmp_path: Path, worker: str
+) -> None:
     import resource
     import socket
     import sys
@@ -256,7 +259,7 @@ def test_slowloris_and_idle_connections_leave_room_for_real_requests(tmp_path: P
         "bash",
         "-c",
         f"ulimit -n 1024 && exec {sys.executable} -m servinglib.cli serve --config {config} "
-        "--host 127.0.0.1 --workers 2",
+        f"--host 127.0.0.1 --workers 2 --worker {worker}",
     ]
     server = launch(config, tmp_path, command=command)
     port = int(server.url.rsplit(":", 1)[1])
@@ -286,7 +289,7 @@ def test_slowloris_and_idle_connections_leave_room_for_real_requests(tmp_path: P
                     statuses[response.status_code] += 1
                 except requests.RequestException:
                     statuses[0] += 1
-        print(f"figures: legitimate requests {statuses}")
+        print(f"figures: {worker}: legitimate requests {statuses}")
         assert statuses[200] >= 198, statuses  # >= 99 %
     finally:
         for sock in held:

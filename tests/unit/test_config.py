@@ -91,6 +91,14 @@ def test_environment_overrides_server_settings(tmp_path: Path) -> None:
     config = load_config(path, environ={"SERVINGLIB_WORKERS": "5", "SERVINGLIB_HOST": "0.0.0.0"})
     assert config.server.workers == 5
     assert config.server.host == "0.0.0.0"
+    timeout = load_config(path, environ={"SERVINGLIB_HEADER_TIMEOUT_S": "2.5"}).server
+    assert timeout.header_timeout_s == 2.5
+
+
+def test_a_number_override_that_is_not_one_names_the_variable(tmp_path: Path) -> None:
+    path = write(tmp_path, "service: s\nmodels:" + MODEL)
+    with pytest.raises(ConfigError, match=r"\$SERVINGLIB_HEADER_TIMEOUT_S.*'soon' is not a number"):
+        load_config(path, environ={"SERVINGLIB_HEADER_TIMEOUT_S": "soon"})
 
 
 def test_bad_environment_override_names_the_variable(tmp_path: Path) -> None:

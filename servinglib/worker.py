@@ -122,6 +122,7 @@ def build_worker(
         service.close()  # queued requests first: their answers feed shadows and the log
         caller.close()
         shadows.close()
+        drift.close()
         if logger is not None:
             logger.close()
 

@@ -117,9 +117,11 @@ class ServingMetrics:
         self.registry.register(collector)
         self._collectors.append(collector)
 
-    def data_quality_issue(self, model: str, version: str, field: str, issue: str) -> None:
-        """Count a data-quality problem of a profiled field."""
-        self._child("data_quality_issues", model, version, field, issue).inc()
+    def data_quality_issue(
+        self, model: str, version: str, field: str, issue: str, count: int = 1
+    ) -> None:
+        """Count data-quality problems of a profiled field."""
+        self._child("data_quality_issues", model, version, field, issue).inc(count)
 
     def in_flight_gauge(self, protocol: str) -> Any:
         """The in-flight gauge child of ``protocol`` (use ``.inc()``/``.dec()``)."""

@@ -83,10 +83,7 @@ class Prediction:
 
 
 class ServiceListener(RejectionListener, Protocol):
-    """Told about answers and rejected inputs; the metrics layer implements it."""
-
-    def prediction_made(self, model: str, version: str, output: Any) -> None:
-        """A version answered (score monitoring)."""
+    """Told about rejected inputs; the metrics layer implements it."""
 
 
 class PredictionRecorder(Protocol):
@@ -324,8 +321,6 @@ class InferenceService:
         """Hand an answer to score metrics, the prediction log and the shadows."""
         ready = call.ready
         elapsed = time.perf_counter() - call.started
-        if self._listener:
-            self._listener.prediction_made(ready.model, ready.version, output)
         features = request.inputs
         if self.drift is not None:
             self.drift.observe(ready.model, ready.version, features, output)

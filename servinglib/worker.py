@@ -70,7 +70,7 @@ def build_worker(
         worker.service.registry.is_ready()
         worker.close()
     """
-    metrics = ServingMetrics(score_buckets=config.score_buckets)
+    metrics = ServingMetrics()
     metrics.declare_shadow_pairs(config)
     caller = LaneCaller(listener=metrics, threads=config.server.threads)
     registry = ModelRegistry(config, listener=metrics, caller=caller)

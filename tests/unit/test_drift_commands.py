@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -104,6 +105,12 @@ def test_drift_endpoint_and_offline_report(service: Path, tmp_path: Path, capsys
         response = client.post("/infer", json={"model_id": "risk", "features": shifted})
         assert response.status_code == 200
     report = client.get("/v2/models/risk/versions/1/drift").get_json()
+    document = client.get("/openapi.json").get_json()
+    operation = document["paths"]["/v2/models/{model}/versions/{version}/drift"]
+    assert [p["name"] for p in operation["parameters"]] == ["model", "version"]
+    assert sorted(operation["get"]["responses"]) == ["200", "404"]
+    described = {"$ref": "#/components/schemas/DriftReport", "components": document["components"]}
+    jsonschema.validate(report, described)  # the report is what the document says
     by_name = {f["name"]: f for f in report["fields"]}
     assert report["requests"] == 600
     assert by_name["b"]["psi"] > 0.25
@@ -162,6 +169,12 @@ def test_open_inference_requests_are_monitored_too(service: Path, tmp_path: Path
         response = client.post("/v2/models/risk/versions/1/infer", json={"inputs": inputs})
         assert response.status_code == 200, response.json
     report = client.get("/v2/models/risk/versions/1/drift").get_json()
+    document = client.get("/openapi.json").get_json()
+    operation = document["paths"]["/v2/models/{model}/versions/{version}/drift"]
+    assert [p["name"] for p in operation["parameters"]] == ["model", "version"]
+    assert sorted(operation["get"]["responses"]) == ["200", "404"]
+    described = {"$ref": "#/components/schemas/DriftReport", "components": document["components"]}
+    jsonschema.validate(report, described)  # the report is what the document says
     by_name = {f["name"]: f for f in report["fields"]}
     assert report["requests"] == 200
     assert by_name["a"]["samples"] == 200

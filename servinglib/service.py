@@ -1,7 +1,7 @@
 """InferenceService: route a decoded request to the right model version and call it.
 
 Per request: admit it (deadline, version, input checks) in one place, call the model,
-then hand the answer to the observers (score metrics, prediction log) and the shadow
+then hand the answer to the observers (drift monitoring, prediction log) and the shadow
 router. Everything after the model call is non-blocking.
 """
 
@@ -318,7 +318,7 @@ class InferenceService:
         output: Any,
         after_response: list[Callable[[], None]] | None,
     ) -> Prediction:
-        """Hand an answer to score metrics, the prediction log and the shadows."""
+        """Hand an answer to drift monitoring, the prediction log and the shadows."""
         ready = call.ready
         elapsed = time.perf_counter() - call.started
         features = request.inputs

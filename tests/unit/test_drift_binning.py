@@ -26,26 +26,31 @@ def counted(field: FieldBinner, values: list[Any]) -> tuple[list[int], dict[str,
 
 rng = np.random.default_rng(0)
 WORDS = ["alpha", "beta", "gamma", "delta"]
+NUMBERS = [float(x) for x in rng.normal(size=500)]
 CASES = {
-    "numeric": (
-        [float(x) for x in rng.normal(size=500)],
-        [0.3, -7.0, 9.5, 2, float("nan"), float("inf")],
+    "numbers": ("numeric", NUMBERS, [0.3, -7.0, 9.5, 2, float("nan"), float("inf")]),
+    "tensors": (  # Open Inference answers: one-element arrays of any numeric dtype
+        "numeric",
+        NUMBERS,
+        [np.array([0.3]), np.array([-7], dtype=np.int32), np.array([[9.5]], dtype=np.float32)],
     ),
-    "categorical": (["paris", "lyon", "nice"] * 100, ["paris", "tokyo", "lyon"]),
-    "text": (
+    "categories": ("categorical", ["paris", "lyon", "nice"] * 100, ["paris", "tokyo", "lyon"]),
+    "texts": (
+        "text",
         [" ".join(WORDS[: i % 4 + 1]) * (i % 13 + 1) for i in range(400)],
         ["a", "alpha beta" * 40, "gamma"],
     ),
-    "norm": (
+    "vectors": (
+        "norm",
         [[float(x) for x in row] for row in rng.normal(size=(300, 8))],
         [[0.1] * 8, [3.0] * 8, [0.0] * 8],
     ),
 }
 
 
-@pytest.mark.parametrize("kind", CASES)
-def test_the_batch_path_counts_as_value_by_value(kind: str) -> None:
-    reference, live = CASES[kind]
+@pytest.mark.parametrize("case", CASES)
+def test_the_batch_path_counts_as_value_by_value(case: str) -> None:
+    kind, reference, live = CASES[case]
     field = binner(reference)
     assert field.profile.kind == kind
     fast_bins, fast_quality = counted(field, live)  # one type: the numpy path

@@ -57,6 +57,11 @@ class FieldBinner:
             if kind == "numeric" and types <= _NUMBERS:
                 self._numbers(np.array(values, dtype=np.float64), counts)
                 return
+            if kind == "numeric" and types == {np.ndarray}:  # Open Inference: 1-element tensors
+                numbers = _scalars(values)
+                if numbers is not None:
+                    self._numbers(numbers, counts)
+                    return
             if kind == "categorical" and types == {str}:
                 self._strings(values, counts)
                 return
@@ -74,7 +79,10 @@ class FieldBinner:
         except (TypeError, ValueError, OverflowError):  # not all numbers: value by value
             pass
         for value in values:
-            self._one(value, counts)
+            try:
+                self._one(value, counts)
+            except (TypeError, ValueError, OverflowError):  # a value nothing can reduce
+                counts[self.quality + _WRONG_TYPE] += 1
 
     def _numbers(self, numbers: np.ndarray, counts: np.ndarray) -> None:
         finite = np.isfinite(numbers)
@@ -137,3 +145,10 @@ def _stacked(arrays: Sequence[np.ndarray]) -> np.ndarray | None:
     if any(a.shape != first.shape or a.dtype != first.dtype for a in arrays):
         return None
     return np.stack(arrays).reshape(len(arrays), -1).astype(np.float64, copy=False)
+
+
+def _scalars(arrays: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One-element numeric tensors as a float64 vector, or None for anything else."""
+    if any(a.size != 1 or a.dtype.kind not in "iuf" for a in arrays):
+        return None  # a boolean tensor is a category: the general path says wrong_type
+    return np.concatenate([a.reshape(-1) for a in arrays]).astype(np.float64, copy=False)

@@ -15,6 +15,7 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
+from itertools import starmap
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ class FieldBinner:
                 self._numbers(np.fromiter(map(len, values), np.float64, len(values)), counts)
                 return
             if kind == "norm" and types == {list}:
-                self._numbers(np.array([math.hypot(*v) for v in values]), counts)
+                self._numbers(np.fromiter(starmap(math.hypot, values), np.float64), counts)
                 return
             if kind == "norm" and types == {np.ndarray}:
                 vectors = _stacked(values)
@@ -85,12 +86,14 @@ class FieldBinner:
                 counts[self.quality + _WRONG_TYPE] += 1
 
     def _numbers(self, numbers: np.ndarray, counts: np.ndarray) -> None:
-        finite = np.isfinite(numbers)
-        if not finite.all():  # NaN and infinities count as missing
-            counts[self.quality + _MISSING] += int(numbers.size - finite.sum())
-            numbers = numbers[finite]
-        outside = (numbers < self._low) | (numbers > self._high)
-        counts[self.quality + _OUT_OF_RANGE] += int(outside.sum())
+        low, high = numbers.min(), numbers.max()  # NaN if any is NaN
+        if not (low >= self._low and high <= self._high):  # rare: check value by value
+            finite = np.isfinite(numbers)
+            if not finite.all():  # NaN and infinities count as missing
+                counts[self.quality + _MISSING] += int(numbers.size - finite.sum())
+                numbers = numbers[finite]
+            outside = (numbers < self._low) | (numbers > self._high)
+            counts[self.quality + _OUT_OF_RANGE] += int(outside.sum())
         bins = np.searchsorted(self._edges, numbers, side="right")
         counts[self.offset : self.quality] += np.bincount(bins, minlength=self.profile.bins)
 

@@ -58,11 +58,12 @@ class CountsTable:
             self._table = np.memmap(path, dtype=_DTYPE, mode="w+", shape=shape)
             self._table[:, 0] = -1
         self._slots = slots
+        self._rows = self._table.view(np.ndarray)  # plain views: no memmap bookkeeping
 
     def add(self, counts: np.ndarray) -> None:
         """Add ``counts`` (one per column past the slot column) to the current slot."""
         slot = int(self._clock() // self._slot_seconds)
-        row = self._table[slot % self._slots]
+        row = self._rows[slot % self._slots]
         with self._lock:
             if row[0] != slot:
                 row[1:] = 0

@@ -181,8 +181,8 @@ def render(results: dict[str, Outcome], command: str) -> str:
         "over the off server's, and the loss is the median over rounds. Each row pools every "
         "run of its setup. Server CPU per request (every gunicorn process, from /proc) hardly "
         "depends on what else the machine runs, so it backs the ratio on a shared machine. "
-        "Monitoring on: each answered request is queued, and a background thread bins the "
-        "queue on the profile four times a second.",
+        "Monitoring on: each answered request is queued; every 256th request, and a "
+        "background thread four times a second, bins the queue on the profile.",
         "",
         "<!-- bench:drift:end -->",
     ]

@@ -82,6 +82,18 @@ def test_every_quality_issue_is_counted_and_reported() -> None:
     )
 
 
+def test_unknown_fields_are_found_whatever_else_the_request_holds() -> None:
+    monitor = VersionMonitor("m", "1", profile(), None, clock=Clock())
+    monitor.observe({"x": 0.1, "city": "paris"}, {"score": 0.2})  # known fields only
+    monitor.observe({"city": "paris", "extra": 1}, {"score": 0.2})  # as many keys, one unknown
+    monitor.observe({"x": None, "city": "lyon"}, {"score": 0.2})  # an explicit null
+    monitor.observe({"x": 0.3, "city": "lyon"}, {"score": 0.1, "note": "x"})  # unknown output
+    report = monitor.report()
+    assert report["requests"] == 4
+    assert report["unprofiled_requests"] == 2
+    assert fields(report)["x"]["quality"]["missing"] == 2
+
+
 def test_counts_leave_the_window_as_time_passes() -> None:
     clock = Clock()
     monitor = VersionMonitor("m", "1", profile(WindowSpec(60, 6)), None, clock=clock)

@@ -179,8 +179,9 @@ def render(results: dict[str, Outcome], command: str) -> str:
         "time, off-on-on-off or on-off-off-on (alternating), so a machine growing busier or "
         "quieter during the round hits both alike; its ratio is the on server's requests/s "
         "over the off server's, and the loss is the median over rounds. Each row pools every "
-        "run of its setup. Server CPU per request (every gunicorn process, from /proc) hardly "
-        "depends on what else the machine runs, so it backs the ratio on a shared machine. "
+        "run of its setup. Server CPU per request (every gunicorn process, from /proc) is "
+        "shown beside it: it depends less on the machine's other load, and where it differs "
+        "from the ratio it is the figure to size capacity with. "
         "Monitoring on: each answered request is queued; every 256th request, and a "
         "background thread four times a second, bins the queue on the profile.",
         "",

@@ -1,9 +1,10 @@
 """Cost of drift monitoring: the same service with and without a reference profile.
 
-    python benchmarks/drift.py [--seconds 5] [--repeats 9]
+    python benchmarks/drift.py [--seconds 2] [--repeats 15]
 
-Two scenarios, each with both servers up at once and the runs taken in turn (so a slow
-spell of the machine hits both alike):
+Two scenarios, each with both servers up at once and the runs taken in turn, off-on-on-off
+or on-off-off-on per round (so a slow spell of the machine hits both alike); the loss is the
+median over rounds of the on/off requests/s ratio:
 
 * trivial: the sum-of-16-floats model at concurrency 8 (monitored: the 16-float vector by
   its norm, the sum); bar: at most 5 % fewer requests/s with monitoring on;
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _load import LoadResult, median_of, run_hey
+from _cpu import tree_cpu_seconds
+from _load import LoadResult, Server, pooled, run_hey
 from run import HEADER, ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
 from servinglib.monitoring.drift.building import profile_version
@@ -72,6 +74,18 @@ def _minilm_services(workdir: Path) -> dict[bool, Path]:
     return configs
 
 
+def _timed_run(
+    server: Server, label: str, body: object, concurrency: int, seconds: float
+) -> tuple[LoadResult, float]:
+    """One load run and the server's CPU seconds over it (every worker included)."""
+    before = tree_cpu_seconds(server.process.pid)
+    result = run_hey(label, f"{server.url}/infer", body, concurrency, seconds)
+    used = tree_cpu_seconds(server.process.pid) - before
+    if set(result.statuses) != {200}:
+        raise SystemExit(f"{label}: answers other than 200: {result.statuses}")
+    return result, used
+
+
 def side_by_side(
     configs: dict[bool, Path],
     body: object,
@@ -82,20 +96,25 @@ def side_by_side(
     name: str,
     drift_of: tuple[str, str],
 ) -> Outcome:
-    """Both servers loaded in turn, round after round."""
+    """Both servers up at once; each round loads them off-on-on-off (or on-off-off-on)."""
     labels = {False: f"{name}, drift monitoring off", True: f"{name}, drift monitoring on"}
     servers = {m: start_servinglib(config, workdir) for m, config in configs.items()}
     runs: dict[bool, list[LoadResult]] = {False: [], True: []}
+    cpu = {False: 0.0, True: 0.0}
+    ratios = []
     try:
         for server in servers.values():
             run_hey("warm-up", f"{server.url}/infer", body, concurrency, 2)
         for round_ in range(repeats):
-            order = (False, True) if round_ % 2 == 0 else (True, False)  # cancels trends
-            for m in order:
-                url = f"{servers[m].url}/infer"
-                result = run_hey(labels[m], url, body, concurrency, seconds)
-                print(result.row(), flush=True)
+            first = round_ % 2 == 1
+            rps: dict[bool, float] = {False: 0.0, True: 0.0}
+            for m in (first, not first, not first, first):  # a linear trend cancels out
+                result, used = _timed_run(servers[m], labels[m], body, concurrency, seconds)
                 runs[m].append(result)
+                cpu[m] += used
+                rps[m] += result.rps
+            ratios.append(rps[True] / rps[False])
+            print(f"{name}: round {round_ + 1}/{repeats}: on/off {ratios[-1]:.3f}", flush=True)
         model, version = drift_of
         url = f"{servers[True].url}/v2/models/{model}/versions/{version}/drift"
         with urllib.request.urlopen(url) as response:
@@ -104,18 +123,27 @@ def side_by_side(
     finally:
         for server in servers.values():
             server.stop()
-    ratios = [on.rps / off.rps for off, on in zip(runs[False], runs[True], strict=True)]
-    print(f"{name}: on/off per round {[round(r, 3) for r in ratios]}", flush=True)
-    return Outcome(median_of(runs[False]), median_of(runs[True]), statistics.median(ratios))
+    off, on = pooled(runs[False]), pooled(runs[True])
+    return Outcome(
+        off,
+        on,
+        statistics.median(ratios),
+        tuple(ratios),
+        1e6 * cpu[False] / off.requests,
+        1e6 * cpu[True] / on.requests,
+    )
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """The median run of each setup and the median on/off ratio of the paired rounds."""
+    """Every run of each setup pooled, the round ratios, and server CPU per request."""
 
     off: LoadResult
     on: LoadResult
-    ratio: float
+    ratio: float  # median over rounds of on/off requests/s
+    ratios: tuple[float, ...]
+    cpu_off_us: float
+    cpu_on_us: float
 
 
 def render(results: dict[str, Outcome], command: str) -> str:
@@ -135,28 +163,37 @@ def render(results: dict[str, Outcome], command: str) -> str:
     verdicts = []
     for name, outcome in results.items():
         loss = 100 * (1 - outcome.ratio)
-        rows = 100 * (1 - outcome.on.rps / outcome.off.rps)
+        quartiles = statistics.quantiles(outcome.ratios, n=4)
+        cpu = 100 * (outcome.cpu_on_us / outcome.cpu_off_us - 1)
         verdicts.append(
-            f"{name}: **{loss:+.1f} %** fewer requests/s with monitoring on, median of the "
-            f"paired rounds (median rows: {rows:+.1f} %; bar <= {bars[name]:g} %"
-            f"{'' if loss <= bars[name] else ', MISSED'})"
+            f"- {name}: **{loss:+.1f} %** fewer requests/s with monitoring on (bar <= "
+            f"{bars[name]:g} %{'' if loss <= bars[name] else ', MISSED'}): the median of "
+            f"{len(outcome.ratios)} rounds' on/off ratios (quartiles {quartiles[0]:.3f} and "
+            f"{quartiles[2]:.3f}). Server CPU per request: {outcome.cpu_off_us:.0f} us off, "
+            f"{outcome.cpu_on_us:.0f} us on ({cpu:+.1f} %)."
         )
-    lines.append("; ".join(verdicts) + ".")
-    lines.append(
-        "Both servers of a scenario run at once; each round loads one then the other (the "
-        "order alternates round by round, so a machine growing busier hits both alike), and "
-        "the loss is the median over rounds of the on/off ratio of the round. Each row is "
-        "the median run. Monitoring on: every answered request is binned on the profile and "
-        "counted in the worker's memory-mapped table."
-    )
-    lines += ["", "<!-- bench:drift:end -->"]
+    lines += verdicts
+    lines += [
+        "",
+        "Both servers of a scenario run at once. A round loads them in turn for the same "
+        "time, off-on-on-off or on-off-off-on (alternating), so a machine growing busier or "
+        "quieter during the round hits both alike; its ratio is the on server's requests/s "
+        "over the off server's, and the loss is the median over rounds. Each row pools every "
+        "run of its setup. Server CPU per request (every gunicorn process, from /proc) is "
+        "shown beside it: it depends less on the machine's other load, and where it differs "
+        "from the ratio it is the figure to size capacity with. "
+        "Monitoring on: each answered request is queued; every 256th request, and a "
+        "background thread four times a second, bins the queue on the profile.",
+        "",
+        "<!-- bench:drift:end -->",
+    ]
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
+    parser.add_argument("--repeats", type=int, default=15, help="rounds of four runs")
     parser.add_argument("--only", choices=["trivial", "minilm"], action="append")
     args = parser.parse_args()
     chosen = args.only or ["trivial", "minilm"]

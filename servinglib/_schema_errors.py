@@ -58,7 +58,11 @@ def _explain(err: jsonschema.ValidationError) -> str:
         allowed = sorted(schema.get("properties", {}))
         unknown = sorted(set(err.instance) - set(allowed))
         hints = []
+        removed = schema.get("x-removed", {})  # keys of earlier releases: why and what now
         for key in unknown:
+            if key in removed:
+                hints.append(f"{key!r} is no longer supported: {removed[key]}; remove it")
+                continue
             close = difflib.get_close_matches(str(key), allowed, n=1)
             hints.append(
                 f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")

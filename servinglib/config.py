@@ -29,7 +29,6 @@ from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
 __all__ = [
-    "DEFAULT_SCORE_BUCKETS",
     "ENV_PREFIX",
     "AdminConfig",
     "BatchPolicy",
@@ -133,30 +132,6 @@ class PredictionLogConfig:
     flush_interval_ms: int = 500
 
 
-DEFAULT_SCORE_BUCKETS: tuple[float, ...] = (
-    -1.0,
-    0.0,
-    0.01,
-    0.05,
-    0.1,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.6,
-    0.7,
-    0.8,
-    0.9,
-    0.95,
-    0.99,
-    1.0,
-    10.0,
-    100.0,
-    1000.0,
-    10000.0,
-)
-
-
 @dataclass(frozen=True)
 class AdminConfig:
     """``admin:``: the loopback-only, token-protected admin API (off by default)."""
@@ -208,7 +183,6 @@ class ServiceConfig:
     python_path: tuple[Path, ...] = ()
     shadow_executor: ShadowExecutorConfig = field(default_factory=ShadowExecutorConfig)
     prediction_log: PredictionLogConfig | None = None
-    score_buckets: tuple[float, ...] = DEFAULT_SCORE_BUCKETS
     admin: AdminConfig = field(default_factory=AdminConfig)
 
     @property
@@ -426,7 +400,6 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
         shadow_executor=ShadowExecutorConfig(**raw.get("shadow_executor", {})),
         admin=AdminConfig(**raw.get("admin", {})),
         prediction_log=prediction_log,
-        score_buckets=tuple(sorted(monitoring.get("score_buckets", DEFAULT_SCORE_BUCKETS))),
         **_given(raw, ("team",)),
         source=source,
         python_path=python_path,

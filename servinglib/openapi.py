@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from importlib.metadata import version as package_version
 from typing import Any
 
+from servinglib._openapi_drift import DRIFT_PATH, DRIFT_REPORT_SCHEMA, drift_operation
 from servinglib._openapi_tensors import PARAMETERS, declared_inputs, declared_outputs
 from servinglib.config import ServiceConfig
 from servinglib.model import Model
@@ -264,6 +265,7 @@ def openapi_document(
             "Triton model configuration", json_ok, "404", "503"
         )
         | {"parameters": [model_param, version_param]},
+        DRIFT_PATH: drift_operation(_ERROR) | {"parameters": [model_param, version_param]},
         "/v2/repository/index": {
             "post": {
                 "summary": "Model versions and their states",
@@ -322,6 +324,7 @@ def openapi_document(
                     "required": ["error"],
                     "properties": {"error": {"type": "string"}},
                 },
+                "DriftReport": DRIFT_REPORT_SCHEMA,
                 "InferRequest": {"oneOf": per_model},
                 "InferResponse": {
                     "type": "object",

@@ -1,7 +1,7 @@
 """InferenceService: route a decoded request to the right model version and call it.
 
 Per request: admit it (deadline, version, input checks) in one place, call the model,
-then hand the answer to the observers (score metrics, prediction log) and the shadow
+then hand the answer to the observers (drift monitoring, prediction log) and the shadow
 router. Everything after the model call is non-blocking.
 """
 
@@ -87,10 +87,7 @@ class Prediction:
 
 
 class ServiceListener(RejectionListener, Protocol):
-    """Told about answers and rejected inputs; the metrics layer implements it."""
-
-    def prediction_made(self, model: str, version: str, output: Any) -> None:
-        """A version answered (score monitoring)."""
+    """Told about rejected inputs; the metrics layer implements it."""
 
 
 class PredictionRecorder(Protocol):
@@ -334,11 +331,9 @@ class InferenceService:
         output: Any,
         after_response: list[Callable[[], None]] | None,
     ) -> Prediction:
-        """Hand an answer to score metrics, the prediction log and the shadows."""
+        """Hand an answer to drift monitoring, the prediction log and the shadows."""
         ready = call.ready
         elapsed = time.perf_counter() - call.started
-        if self._listener:
-            self._listener.prediction_made(ready.model, ready.version, output)
         features = request.inputs
         if self.drift is not None:
             self.drift.observe(ready.model, ready.version, features, output)

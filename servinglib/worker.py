@@ -70,7 +70,7 @@ def build_worker(
         worker.service.registry.is_ready()
         worker.close()
     """
-    metrics = ServingMetrics(score_buckets=config.score_buckets)
+    metrics = ServingMetrics()
     metrics.declare_shadow_pairs(config)
     caller = LaneCaller(listener=metrics, threads=config.server.threads)
     registry = ModelRegistry(config, listener=metrics, caller=caller)
@@ -123,6 +123,7 @@ def build_worker(
         service.close()  # queued requests first: their answers feed shadows and the log
         caller.close()
         shadows.close()
+        drift.close()
         if logger is not None:
             logger.close()
 

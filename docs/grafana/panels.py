@@ -322,62 +322,8 @@ def sections() -> tuple[Section, ...]:
             ),
         ),
         Section(
-            "Scores and inputs",
+            "Inputs",
             (
-                Panel(
-                    "Output value distribution ($output)",
-                    "How the values of one numeric output are distributed over time, all "
-                    "versions together: a shift is score drift. Buckets: "
-                    "monitoring.score_buckets.",
-                    ("output_value",),
-                    (
-                        Query(
-                            f"sum by (le) (increase({name('output_value', '_bucket')}"
-                            f'{{{MODEL_SELECTOR}, output="$output"}}{_RATE}))',
-                            "{{le}}",
-                            heatmap=True,
-                        ),
-                    ),
-                    kind="heatmap",
-                    width=12,
-                    options={
-                        "calculate": False,
-                        "cellGap": 1,
-                        "color": {
-                            "mode": "scheme",
-                            "scheme": "Oranges",
-                            "fill": "dark",
-                            "scale": "exponential",
-                            "exponent": 0.5,
-                            "steps": 64,
-                            "reverse": False,
-                        },
-                        "filterValues": {"le": 1e-9},
-                        "legend": {"show": True},
-                        "rowsFrame": {"layout": "auto"},
-                        "tooltip": {"mode": "single", "show": True, "yHistogram": False},
-                        "yAxis": {"axisPlacement": "left", "reverse": False},
-                    },
-                ),
-                Panel(
-                    "Output value quantiles by version ($output)",
-                    "p10, p50 and p90 of one numeric output per version, estimated from the "
-                    "histogram buckets: compare a canary's scores with the default's.",
-                    ("output_value",),
-                    tuple(
-                        Query(
-                            quantile(
-                                q,
-                                "output_value",
-                                "model, version",
-                                f'{MODEL_SELECTOR}, output="$output"',
-                            ),
-                            f"p{round(q * 100)} {{{{model}}}} v{{{{version}}}}",
-                        )
-                        for q in (0.1, 0.5, 0.9)
-                    ),
-                    width=12,
-                ),
                 Panel(
                     "Input validation failures by field",
                     "Requests rejected because their input failed validation, by the "
@@ -572,15 +518,17 @@ def sections() -> tuple[Section, ...]:
                     field_config=_DRIFT_THRESHOLDS,
                 ),
                 Panel(
-                    "Outputs in the drift window",
-                    "Answers of the drift window per output and bin, on each output's own bins "
-                    "from the reference profile (deciles of the reference for numbers).",
+                    "Output distribution by version ($output)",
+                    "Answers of the drift window per bin of one output, on the output's own "
+                    "bins from the reference profile (deciles of the reference for numbers, "
+                    "the top categories for labels), one series per version: compare a "
+                    "canary's outputs with the default's.",
                     (),
                     (
                         Query(
-                            f"sum by (model, version, output, bin) "
-                            f"({DRIFT_GAUGES[3][0]}{{{MODEL_SELECTOR}}})",
-                            "{{model}} v{{version}} {{output}} ≤ {{bin}}",
+                            f"sum by (model, version, bin) "
+                            f'({DRIFT_GAUGES[3][0]}{{{MODEL_SELECTOR}, output="$output"}})',
+                            "{{model}} v{{version}} ≤ {{bin}}",
                         ),
                     ),
                     width=8,

@@ -139,14 +139,6 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "livemax",
     ),
     MetricSpec(
-        "output_value",
-        "histogram",
-        "servinglib_output_value",
-        "Each numeric output of each answer (score monitoring: alert on drift), by model, "
-        "version and output name. Buckets: monitoring.score_buckets.",
-        ("model", "version", "output"),
-    ),
-    MetricSpec(
         "input_rejected_total",
         "counter",
         "servinglib_input_validation_failures_total",

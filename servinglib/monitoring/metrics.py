@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -26,7 +24,7 @@ from prometheus_client import (
 )
 from prometheus_client.registry import Collector
 
-from servinglib.config import DEFAULT_SCORE_BUCKETS, ServiceConfig
+from servinglib.config import ServiceConfig
 from servinglib.monitoring.metric_specs import METRIC_SPECS, MetricSpec
 from servinglib.registry import VersionState
 from servinglib.shadow import Comparison
@@ -37,32 +35,9 @@ __all__ = [
     "ServingMetrics",
     "mark_worker_dead",
     "multiprocess_dir",
-    "numeric_outputs",
 ]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-_MAX_SCORED_OUTPUTS = 16
-
-
-def numeric_outputs(output: Any) -> list[tuple[str, float]]:
-    """Top-level numeric scalars of an answer (at most 16), for score monitoring."""
-    items = output.items() if isinstance(output, Mapping) else [("output", output)]
-    found = []
-    for name, value in items:
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            found.append((str(name), float(value)))
-        elif (
-            isinstance(value, np.ndarray | np.generic)
-            and value.size == 1
-            and value.dtype.kind in "iuf"
-        ):
-            found.append((str(name), float(value.reshape(-1)[0])))
-        if len(found) == _MAX_SCORED_OUTPUTS:
-            break
-    return found
 
 
 def multiprocess_dir() -> str | None:
@@ -83,11 +58,7 @@ class ServingMetrics:
     :class:`servinglib.registry.LifecycleListener`).
     """
 
-    def __init__(
-        self,
-        registry: CollectorRegistry | None = None,
-        score_buckets: tuple[float, ...] = DEFAULT_SCORE_BUCKETS,
-    ) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._children: dict[tuple[str, ...], Any] = {}
         self._collectors: list[Collector] = []
@@ -97,7 +68,7 @@ class ServingMetrics:
             if spec.kind == "gauge":
                 kwargs["multiprocess_mode"] = spec.multiprocess_mode or "livesum"
             if spec.kind == "histogram":
-                kwargs["buckets"] = spec.buckets or score_buckets
+                kwargs["buckets"] = spec.buckets
             metric_name = spec.name.removesuffix("_total")
             setattr(
                 self,
@@ -117,9 +88,11 @@ class ServingMetrics:
         self.registry.register(collector)
         self._collectors.append(collector)
 
-    def data_quality_issue(self, model: str, version: str, field: str, issue: str) -> None:
-        """Count a data-quality problem of a profiled field."""
-        self._child("data_quality_issues", model, version, field, issue).inc()
+    def data_quality_issue(
+        self, model: str, version: str, field: str, issue: str, count: int = 1
+    ) -> None:
+        """Count data-quality problems of a profiled field."""
+        self._child("data_quality_issues", model, version, field, issue).inc(count)
 
     def in_flight_gauge(self, protocol: str) -> Any:
         """The in-flight gauge child of ``protocol`` (use ``.inc()``/``.dec()``)."""
@@ -152,12 +125,7 @@ class ServingMetrics:
         self._child("selftest_duration", model, version).observe(duration_s)
         self._child("selftest_passed", model, version).set(1 if passed else 0)
 
-    # ServiceListener
-    def prediction_made(self, model: str, version: str, output: Any) -> None:
-        """Observe each numeric output of an answer (score monitoring)."""
-        for name, value in numeric_outputs(output):
-            self._child("output_value", model, version, name).observe(value)
-
+    # RejectionListener
     def input_rejected(self, model: str, field: str) -> None:
         """Count an input that failed validation."""
         self._child("input_rejected_total", model, field).inc()

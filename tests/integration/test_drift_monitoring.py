@@ -6,6 +6,8 @@ import json
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -74,15 +76,37 @@ def spread(url: str, version: str, rows: list[dict[str, Any]]) -> None:
         list(pool.map(lambda row: infer(url, version, row), rows))
 
 
-def drift(url: str, version: str) -> dict[str, Any]:
-    response = requests.get(
-        f"{url}/v2/models/risk/versions/{version}/drift",
-        headers={"Connection": "close"},
-        timeout=30,
+def eventually(read: Callable[[], Any], ok: Callable[[Any], bool], what: str) -> Any:
+    """``read()`` once ``ok`` holds: each worker bins its queued requests a few times a second."""
+    deadline = time.monotonic() + 60
+    while True:
+        value = read()
+        if ok(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}: still {value}"
+        time.sleep(0.05)
+
+
+def drift(url: str, version: str, requests_in_window: int | None = None) -> dict[str, Any]:
+    """The drift report, once it counts ``requests_in_window`` requests when that is given."""
+
+    def read() -> dict[str, Any]:
+        response = requests.get(
+            f"{url}/v2/models/risk/versions/{version}/drift",
+            headers={"Connection": "close"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        report: dict[str, Any] = response.json()
+        return report
+
+    if requests_in_window is None:
+        return read()
+    return eventually(
+        read,
+        lambda r: r["requests"] == requests_in_window,
+        f"version {version} should count {requests_in_window} requests",
     )
-    assert response.status_code == 200, response.text
-    report: dict[str, Any] = response.json()
-    return report
 
 
 def scores(report: dict[str, Any]) -> dict[str, float]:
@@ -93,7 +117,7 @@ def test_in_distribution_traffic_stays_below_0_1_and_every_worker_counts(
     drift_server: LiveServer,
 ) -> None:
     spread(drift_server.url, "1", reference_rows(1000, seed=2))
-    reports = [drift(drift_server.url, "1") for _ in range(8)]  # whichever worker answers
+    reports = [drift(drift_server.url, "1", 1000) for _ in range(8)]  # whichever worker answers
     assert all(r == reports[0] for r in reports)
     report = reports[0]
     assert report["requests"] == 1000
@@ -111,7 +135,10 @@ def test_a_shift_of_one_std_drifts_that_feature_only_whoever_answered(
         for row in shifted:
             infer(drift_server.url, "2", row, session)
     spread(drift_server.url, "3", shifted)
-    one_worker, both_workers = drift(drift_server.url, "2"), drift(drift_server.url, "3")
+    one_worker, both_workers = (
+        drift(drift_server.url, "2", 1000),
+        drift(drift_server.url, "3", 1000),
+    )
     assert (one_worker["workers"], both_workers["workers"]) == (1, 2)
     assert one_worker["requests"] == both_workers["requests"] == 1000
     assert scores(one_worker) == scores(both_workers)
@@ -127,17 +154,30 @@ def test_a_shift_of_one_std_drifts_that_feature_only_whoever_answered(
 def test_new_categories_and_nulls_reach_the_quality_counters(drift_server: LiveServer) -> None:
     odd = [{"a": 0.1, "b": None, "c": 1.0, "city": "tokyo"} for _ in range(12)]
     spread(drift_server.url, "1", odd)
-    fields = {f["name"]: f for f in drift(drift_server.url, "1")["fields"]}
+    report = eventually(
+        lambda: drift(drift_server.url, "1"),
+        lambda r: {f["name"]: f for f in r["fields"]}["city"]["quality"]["unseen_category"] >= 12,
+        "the new city should reach the drift report",
+    )
+    fields = {f["name"]: f for f in report["fields"]}
     assert fields["city"]["quality"]["unseen_category"] == 12
     assert fields["b"]["quality"]["missing"] == 12
-    text = requests.get(f"{drift_server.url}/metrics", timeout=30).text
-    counted = {
-        (s.labels["field"], s.labels["issue"]): s.value
-        for family in text_string_to_metric_families(text)
-        if family.name.startswith("servinglib_data_quality_issues")
-        for s in family.samples
-        if s.name.endswith("_total") and s.labels["version"] == "1"
-    }
+
+    def quality_counters() -> tuple[str, dict[tuple[str, str], float]]:
+        text = requests.get(f"{drift_server.url}/metrics", timeout=30).text
+        return text, {
+            (s.labels["field"], s.labels["issue"]): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name.startswith("servinglib_data_quality_issues")
+            for s in family.samples
+            if s.name.endswith("_total") and s.labels["version"] == "1"
+        }
+
+    text, counted = eventually(
+        quality_counters,
+        lambda found: found[1].get(("b", "missing"), 0) >= 12,
+        "the data-quality counters should count the nulls",
+    )
     assert counted.get(("city", "unseen_category")) == 12, [
         line for line in text.splitlines() if "quality" in line
     ]

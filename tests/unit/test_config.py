@@ -61,6 +61,16 @@ def test_unknown_key_names_file_key_path_and_suggestion(tmp_path: Path) -> None:
     assert "did you mean 'default_version'" in message
 
 
+def test_a_removed_key_says_what_replaced_it(tmp_path: Path) -> None:
+    text = "service: s\nmodels:" + MODEL + "monitoring:\n  score_buckets: [0, 1]\n"
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    message = str(info.value)
+    assert "monitoring" in message
+    assert "'score_buckets' is no longer supported" in message
+    assert "servinglib profile" in message
+
+
 def test_missing_required_key_says_add_it(tmp_path: Path) -> None:
     path = write(
         tmp_path, "service: s\nmodels:\n  - name: eta\n    class: a:B\n    repository: models/eta\n"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,12 +92,34 @@ def test_unknown_data_format_is_a_usage_error(service: Path, tmp_path: Path, cap
     assert "unknown data format '.xlsx'; use .parquet, .csv or .jsonl" in capsys.readouterr().err
 
 
-def test_drift_endpoint_and_offline_report(service: Path, tmp_path: Path, capsys: Any) -> None:
+POSTGRES_URL = os.environ.get("SERVINGLIB_TEST_POSTGRES_URL", "")
+LOGS = [
+    pytest.param("sqlite:///log.sqlite", id="sqlite"),
+    pytest.param(
+        POSTGRES_URL,
+        id="postgresql",
+        marks=pytest.mark.skipif(
+            not POSTGRES_URL,
+            reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("log_url", LOGS)
+def test_drift_endpoint_and_offline_report(
+    service: Path, tmp_path: Path, capsys: Any, log_url: str
+) -> None:
+    if log_url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(log_url, autocommit=True) as connection:  # a log of this test only
+            connection.execute("DROP TABLE IF EXISTS predictions")
     data = write_jsonl(tmp_path / "train.jsonl", rows(3000))
     common = ["--config", str(service), "--model", "risk"]
     assert main(["profile", *common, "--version", "1", "--data", str(data)]) == 0
     service.write_text(
-        service.read_text() + "monitoring:\n  prediction_log: {url: 'sqlite:///log.sqlite'}\n"
+        service.read_text() + f"monitoring:\n  prediction_log: {{url: '{log_url}'}}\n"
     )
     app = create_app_from_config(service)
     client = app.test_client()
@@ -104,6 +128,12 @@ def test_drift_endpoint_and_offline_report(service: Path, tmp_path: Path, capsys
         response = client.post("/infer", json={"model_id": "risk", "features": shifted})
         assert response.status_code == 200
     report = client.get("/v2/models/risk/versions/1/drift").get_json()
+    document = client.get("/openapi.json").get_json()
+    operation = document["paths"]["/v2/models/{model}/versions/{version}/drift"]
+    assert [p["name"] for p in operation["parameters"]] == ["model", "version"]
+    assert sorted(operation["get"]["responses"]) == ["200", "404"]
+    described = {"$ref": "#/components/schemas/DriftReport", "components": document["components"]}
+    jsonschema.validate(report, described)  # the report is what the document says
     by_name = {f["name"]: f for f in report["fields"]}
     assert report["requests"] == 600
     assert by_name["b"]["psi"] > 0.25

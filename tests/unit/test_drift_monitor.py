@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
-from servinglib.monitoring.drift import Profile, VersionMonitor, WindowSpec, build_profile
+from servinglib.monitoring.drift import (
+    DriftMonitor,
+    Profile,
+    VersionMonitor,
+    WindowSpec,
+    build_profile,
+)
 
 
 class Clock:
@@ -38,7 +47,11 @@ def fields(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_every_quality_issue_is_counted_and_reported() -> None:
     issues: list[tuple[str, str]] = []
-    monitor = VersionMonitor("m", "1", profile(), None, lambda f, i: issues.append((f, i)), Clock())
+
+    def on_issue(field: str, issue: str, count: int) -> None:
+        issues.extend([(field, issue)] * count)
+
+    monitor = VersionMonitor("m", "1", profile(), None, on_issue, Clock())
     monitor.observe({"x": 0.1, "city": "paris"}, {"score": 0.2})
     monitor.observe({"city": "tokyo"}, {"score": 99.0})  # missing x, new city, score out of range
     monitor.observe({"x": "high", "city": None, "extra": 1}, None)  # wrong type, missing city
@@ -69,11 +82,24 @@ def test_every_quality_issue_is_counted_and_reported() -> None:
     )
 
 
+def test_unknown_fields_are_found_whatever_else_the_request_holds() -> None:
+    monitor = VersionMonitor("m", "1", profile(), None, clock=Clock())
+    monitor.observe({"x": 0.1, "city": "paris"}, {"score": 0.2})  # known fields only
+    monitor.observe({"city": "paris", "extra": 1}, {"score": 0.2})  # as many keys, one unknown
+    monitor.observe({"x": None, "city": "lyon"}, {"score": 0.2})  # an explicit null
+    monitor.observe({"x": 0.3, "city": "lyon"}, {"score": 0.1, "note": "x"})  # unknown output
+    report = monitor.report()
+    assert report["requests"] == 4
+    assert report["unprofiled_requests"] == 2
+    assert fields(report)["x"]["quality"]["missing"] == 2
+
+
 def test_counts_leave_the_window_as_time_passes() -> None:
     clock = Clock()
     monitor = VersionMonitor("m", "1", profile(WindowSpec(60, 6)), None, clock=clock)
     for row in reference(100, seed=1):
         monitor.observe(row, None)
+    monitor.flush()  # counts land in the slot of the flush that bins them
     clock.now += 30
     for row in reference(50, seed=2):
         monitor.observe(row, None)
@@ -92,6 +118,7 @@ def test_a_request_cap_keeps_only_the_newest_slots() -> None:
     for _ in range(3):
         for row in reference(80, seed=3):
             monitor.observe(row, None)
+        monitor.flush()
         clock.now += 10
     report = monitor.report()
     assert report["requests"] == 160  # the two newest slots: the first to reach 100
@@ -113,6 +140,7 @@ def _worker(directory: str, rows: list[dict[str, Any]], done: Any) -> None:
     monitor = VersionMonitor("m", "1", profile(), directory, clock=lambda: 1_000_000.0)
     for row in rows:
         monitor.observe(row, None)
+    monitor.flush()  # what the drift monitor's thread does a few times a second
     done.put(os.getpid())
 
 
@@ -164,3 +192,60 @@ def test_fast_paths_agree_with_the_general_one() -> None:
     quality = fields(numbers.report())["x"]["quality"]
     assert (quality["missing"], quality["wrong_type"]) == (2, 1)
     assert fields(numbers.report())["x"]["samples"] == 2
+
+
+class OneVersion:
+    """Model ``m`` version ``1`` in ``path`` (what the registry tells the drift monitor)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def model_names(self) -> list[str]:
+        return ["m"]
+
+    def records(self, model: str) -> list[Any]:
+        return [SimpleNamespace(version="1", path=self.path)]
+
+
+def test_the_background_thread_bins_queued_requests(tmp_path: Path) -> None:
+    profile().save(tmp_path / "profile.json")
+    counted: list[tuple[str, str, str, str, int]] = []
+    done = threading.Event()
+
+    def on_issue(*issue: Any) -> None:
+        counted.append(issue)
+        done.set()
+
+    monitor = DriftMonitor(OneVersion(tmp_path), None, on_issue=on_issue, flush_seconds=0.01)
+    try:
+        for _ in range(5):
+            monitor.observe("m", "1", {"x": 0.1, "city": "tokyo"}, {"score": 0.2})
+        monitor.observe("m", "2", {"x": 0.1}, None)  # no profile: not counted
+        deadline = time.monotonic() + 30
+        while sum(c[-1] for c in counted) < 5:  # no report asked: only the thread bins
+            assert time.monotonic() < deadline, f"the queue was never binned: {counted}"
+            done.wait(1)
+            done.clear()
+        assert {c[:4] for c in counted} == {("m", "1", "city", "unseen_category")}
+    finally:
+        monitor.close()
+    report = monitor.report("m", "1")
+    assert report is not None
+    assert report["requests"] == 5
+    assert monitor.report("m", "2") is None
+
+
+def test_close_bins_what_is_still_queued(tmp_path: Path) -> None:
+    profile().save(tmp_path / "profile.json")
+    counted: list[tuple[str, str, str, str, int]] = []
+    monitor = DriftMonitor(
+        OneVersion(tmp_path), None, on_issue=lambda *i: counted.append(i), flush_seconds=3600
+    )
+    for _ in range(7):
+        monitor.observe("m", "1", {"x": 0.1, "city": "tokyo"}, {"score": 0.2})
+    assert counted == []  # queued: the thread waits an hour between flushes
+    monitor.close()
+    assert counted == [("m", "1", "city", "unseen_category", 7)]
+    report = monitor.report("m", "1")
+    assert report is not None
+    assert report["requests"] == 7

@@ -4,6 +4,10 @@ A version is monitored when its directory holds ``profile.json``; the profile is
 first time the version answers (so versions loaded later by a rollout are covered too).
 The monitor is also a Prometheus collector: each scrape computes PSI and Jensen-Shannon
 distance per field from the window of every worker's counts.
+
+Answered requests are queued and binned in bulk by a background thread every
+:data:`FLUSH_SECONDS` (and by any report, for this process's queue), so a worker's counts
+reach the other workers' reports at most that much later.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from prometheus_client.registry import Collector
 from servinglib.monitoring.drift.profile import Profile, ProfileError, default_profile_path
 from servinglib.monitoring.drift.version import VersionMonitor
 
-__all__ = ["DRIFT_GAUGES", "DriftMonitor", "VersionDirectories"]
+__all__ = ["DRIFT_GAUGES", "FLUSH_SECONDS", "DriftMonitor", "VersionDirectories"]
 
 log = logging.getLogger("servinglib.monitoring.drift")
+
+FLUSH_SECONDS = 0.25  # how often queued requests are binned
 
 # (name, documentation) of the gauges each scrape computes; the metrics reference lists them.
 DRIFT_GAUGES = (
@@ -67,36 +73,58 @@ class DriftMonitor(Collector):
         monitor = DriftMonitor(registry, directory=multiprocess_dir())
         monitor.observe("eta", "3", {"distance_km": 2.0}, {"eta_s": 300.0})
         monitor.report("eta", "3")["fields"][0]["psi"]
+        monitor.close()
     """
 
     def __init__(
         self,
         versions: VersionDirectories,
         directory: str | None,
-        on_issue: Callable[[str, str, str, str], None] | None = None,
+        on_issue: Callable[[str, str, str, str, int], None] | None = None,
         clock: Callable[[], float] = time.time,
+        flush_seconds: float = FLUSH_SECONDS,
     ) -> None:
         self._versions = versions
         self._directory = directory
         self._on_issue = on_issue
         self._clock = clock
+        self._flush_seconds = flush_seconds
         self._monitors: dict[tuple[str, str], VersionMonitor | None] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
         self._failed = False
 
     def observe(self, model: str, version: str, features: Any, output: Any) -> None:
-        """Count one answered request; versions without a profile cost one dict lookup."""
-        monitor = self._monitors.get((model, version), self)
-        if monitor is self:
+        """Queue one answered request; versions without a profile cost one dict lookup."""
+        try:
+            monitor = self._monitors[model, version]
+        except KeyError:
             monitor = self._monitor(model, version)
         if monitor is not None:
-            assert isinstance(monitor, VersionMonitor)
-            try:
-                monitor.observe(features, output)
-            except Exception:  # monitoring must never fail an answered request
-                if not self._failed:
-                    self._failed = True
-                    log.exception("drift monitoring of model %r version %r failed", model, version)
+            monitor.observe(features, output)
+
+    def flush(self) -> None:
+        """Bin every version's queued requests now (the background thread does it anyway)."""
+        for key, monitor in list(self._monitors.items()):
+            if monitor is not None:
+                try:
+                    monitor.flush()
+                except Exception:  # monitoring must never take the server down
+                    if not self._failed:
+                        self._failed = True
+                        log.exception("drift monitoring of model %r version %r failed", *key)
+
+    def close(self) -> None:
+        """Stop the background thread and bin what is still queued."""
+        self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        self.flush()
+
+    def _flush_forever(self) -> None:
+        while not self._stop.wait(self._flush_seconds):
+            self.flush()
 
     def report(self, model: str, version: str) -> dict[str, Any] | None:
         """The version's drift JSON, or None when it has no profile."""
@@ -109,7 +137,12 @@ class DriftMonitor(Collector):
             return self._monitors[key]
         with self._lock:
             if key not in self._monitors:
-                self._monitors[key] = self._open(model, version)
+                self._monitors[key] = monitor = self._open(model, version)
+                if monitor is not None and self._flusher is None and not self._stop.is_set():
+                    self._flusher = threading.Thread(
+                        target=self._flush_forever, name="servinglib-drift", daemon=True
+                    )
+                    self._flusher.start()
         return self._monitors[key]
 
     def _open(self, model: str, version: str) -> VersionMonitor | None:
@@ -125,8 +158,8 @@ class DriftMonitor(Collector):
         if self._on_issue is not None:
             report = self._on_issue
 
-            def on_issue(field: str, issue: str) -> None:
-                report(model, version, field, issue)
+            def on_issue(field: str, issue: str, count: int) -> None:
+                report(model, version, field, issue, count)
 
         return VersionMonitor(model, version, profile, self._directory, on_issue, self._clock)
 

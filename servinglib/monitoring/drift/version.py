@@ -1,45 +1,37 @@
-"""Live monitoring of one version: bin each answered request, report drift over the window."""
+"""Live monitoring of one version: queue each answered request, bin the queue in bulk.
+
+Answering a request costs one append to a queue; :meth:`VersionMonitor.flush` (called by
+the drift monitor's background thread a few times a second, and before every report) bins
+what has queued, one numpy pass per field, and adds the counts to the current time slot.
+"""
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
-import math
+import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
-from servinglib.monitoring.drift.profile import FieldProfile, Profile, array_scalar, reduce_value
+import numpy as np
+
+from servinglib.monitoring.drift.binning import QUALITY_ISSUES, FieldBinner
+from servinglib.monitoring.drift.profile import Profile
 from servinglib.monitoring.drift.statistics import js_distance, psi
 from servinglib.monitoring.drift.table import CountsTable, read_window, table_path, table_pattern
 
-__all__ = ["DRIFT_THRESHOLD", "QUALITY_ISSUES", "VersionMonitor"]
+__all__ = ["BATCH", "DRIFT_THRESHOLD", "QUALITY_ISSUES", "VersionMonitor"]
 
-QUALITY_ISSUES = ("missing", "out_of_range", "unseen_category", "wrong_type")
 DRIFT_THRESHOLD = 0.25  # PSI above which a field is reported as drifted
-_EXPECTED = {
-    "numeric": "numeric",
-    "text": "string",
-    "categorical": "categorical",
-    "length": "array",
-    "norm": "array",
-    "top_class": "array",
-}
-
-
-@dataclass(frozen=True)
-class _Binner:
-    """A field's precomputed binning: where its counts and quality counters start."""
-
-    profile: FieldProfile
-    offset: int  # first bin column
-    quality: int  # first quality column
-    edges: list[float]
-    categories: dict[str, int]
-    low: float  # the reference range; values outside it are counted as out_of_range
-    high: float
+# The request that fills a batch bins it: few enough queued requests that their memory stays
+# in cache and hardly wakes the garbage collector (700 net new containers start a collection;
+# a queued request holds two or three), enough that each numpy call is spread over many.
+BATCH = 256
 
 
 class VersionMonitor:
@@ -49,7 +41,8 @@ class VersionMonitor:
         model, version: the version monitored.
         profile: its reference profile.
         directory: the multiprocess directory (None: this process only).
-        on_issue: told ``(field, issue)`` for each data-quality problem (a counter).
+        on_issue: told ``(field, issue, count)`` for the data-quality problems of each flush
+            (a counter).
         clock: wall time.
     """
 
@@ -59,34 +52,29 @@ class VersionMonitor:
         version: str,
         profile: Profile,
         directory: str | None,
-        on_issue: Callable[[str, str], None] | None = None,
+        on_issue: Callable[[str, str, int], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.model, self.version, self.profile = model, version, profile
         self._on_issue = on_issue
         self._clock = clock
-        self._features: dict[str, _Binner] = {}
-        self._outputs: dict[str, _Binner] = {}
-        column = 1
+        self._features: dict[str, FieldBinner] = {}
+        self._outputs: dict[str, FieldBinner] = {}
+        column = 0  # counts vector index (the table's column minus its slot column)
         for field in profile.fields:
-            binner = _Binner(
-                field,
-                column,
-                column + field.bins,
-                list(field.edges),
-                {c: i for i, c in enumerate(field.categories)},
-                -math.inf if field.minimum is None else field.minimum,
-                math.inf if field.maximum is None else field.maximum,
-            )
-            column += field.bins + len(QUALITY_ISSUES)
+            binner = FieldBinner(field, column)
+            column += binner.width
             (self._features if field.role == "feature" else self._outputs)[field.name] = binner
         self._requests_column = column
         self._unprofiled_column = column + 1
+        self._width = column + 2
+        self._queue: deque[tuple[Any, Any]] = deque()
+        self._flushing = threading.Lock()
         encoded = json.dumps([asdict(f) for f in profile.fields], sort_keys=True).encode()
         self._fingerprint = hashlib.sha256(encoded).hexdigest()[:12]
         window = profile.window
         self._table = CountsTable(
-            column + 1,
+            self._width,
             window.slots,
             window.slot_seconds,
             table_path(directory, model, version, self._fingerprint),
@@ -94,83 +82,53 @@ class VersionMonitor:
         )
 
     def observe(self, features: Any, output: Any) -> None:
-        """Count one answered request (a few microseconds; never raises on odd values)."""
-        columns = [self._requests_column]
-        unprofiled = False
-        for binners, value, default in (
-            (self._features, features, "input"),
-            (self._outputs, output, "output"),
-        ):
-            if not binners:
-                continue
-            present = value if isinstance(value, Mapping) else {default: value}
-            for name, binner in binners.items():
-                self._locate(binner, present.get(name), columns)
-            if len(present) > len(binners) and any(k not in binners for k in present):
-                unprofiled = True
-        if unprofiled:
-            columns.append(self._unprofiled_column)
-        self._table.increment(columns)
+        """Queue one answered request (an append; binned by the next :meth:`flush`)."""
+        queue = self._queue
+        queue.append((features, output))
+        if len(queue) >= BATCH:
+            self.flush()
 
-    def _locate(self, binner: _Binner, value: Any, columns: list[int]) -> None:
-        kind = binner.profile.kind
-        # Fast paths for the common shapes (a float for a numeric field, a string for a
-        # categorical one, a list of floats for a vector); anything else takes reduce_value.
-        cls = type(value)
-        if kind == "numeric" and (cls is float or cls is int):
-            if not math.isfinite(value):  # NaN and infinities count as missing
-                self._issue(binner, 0, columns)
+    def flush(self) -> None:
+        """Bin every queued request and add the counts to the current time slot."""
+        with self._flushing:
+            queue = self._queue
+            pending = [queue.popleft() for _ in range(len(queue))]  # appends may go on
+            if not pending:
                 return
-            self._bin_number(binner, value, columns)
-            return
-        if kind == "categorical" and cls is str:
-            self._bin_category(binner, value, columns)
-            return
-        if kind == "norm" and cls is list:
-            try:
-                self._bin_number(binner, math.hypot(*value), columns)
-            except TypeError:  # not all numbers
-                self._issue(binner, 3, columns)
-            return
-        self._locate_slowly(binner, value, columns)
-
-    def _locate_slowly(self, binner: _Binner, value: Any, columns: list[int]) -> None:
-        field = binner.profile
-        kind, reduced = reduce_value(value)
-        if kind == "null":
-            self._issue(binner, 0, columns)
-            return
-        if kind != _EXPECTED[field.kind] and not (field.kind == "categorical" and kind == "string"):
-            self._issue(binner, 3, columns)
-            return
-        if field.kind in ("length", "norm", "top_class"):
-            reduced = array_scalar(field.kind, reduced)
-        elif field.kind == "text":
-            reduced = float(len(reduced))
-        if field.is_categorical:
-            self._bin_category(binner, reduced, columns)
-        else:
-            self._bin_number(binner, reduced, columns)
-
-    def _bin_number(self, binner: _Binner, number: float, columns: list[int]) -> None:
-        if number < binner.low or number > binner.high:
-            self._issue(binner, 1, columns)
-        columns.append(binner.offset + bisect.bisect_right(binner.edges, number))
-
-    def _bin_category(self, binner: _Binner, category: str, columns: list[int]) -> None:
-        index = binner.categories.get(category)
-        if index is None:
-            index = len(binner.categories)
-            self._issue(binner, 2, columns)
-        columns.append(binner.offset + index)
-
-    def _issue(self, binner: _Binner, issue: int, columns: list[int]) -> None:
-        columns.append(binner.quality + issue)
+            features, outputs = zip(*pending, strict=True)
+            counts = np.zeros(self._width, dtype=np.int64)
+            counts[self._requests_column] = len(pending)
+            unprofiled: set[int] = set()
+            for values, binners, default in (
+                (features, self._features, "input"),
+                (outputs, self._outputs, "output"),
+            ):
+                if binners:
+                    if set(map(type, values)) == {dict}:  # the common case: no copies
+                        present: Sequence[Mapping[str, Any]] = values
+                    else:
+                        present = [_fields(v, default) for v in values]
+                    columns = {name: list(map(_get, present, repeat(name))) for name in binners}
+                    if _may_have_unknown_fields(present, columns.values()):
+                        unprofiled.update(_unprofiled(present, binners))
+                    for name, binner in binners.items():
+                        binner.count(columns[name], counts)
+            counts[self._unprofiled_column] = len(unprofiled)
+            self._table.add(counts)
         if self._on_issue is not None:
-            self._on_issue(binner.profile.name, QUALITY_ISSUES[issue])
+            self._report_issues(counts)
+
+    def _report_issues(self, counts: np.ndarray) -> None:
+        assert self._on_issue is not None
+        for binner in [*self._features.values(), *self._outputs.values()]:
+            found = counts[binner.quality : binner.quality + len(QUALITY_ISSUES)]
+            for issue, n in zip(QUALITY_ISSUES, found, strict=True):
+                if n:
+                    self._on_issue(binner.profile.name, issue, int(n))
 
     def report(self) -> dict[str, Any]:
         """Drift and data quality over the window, summed over every worker (JSON-ready)."""
+        self.flush()
         window = self.profile.window
         counts = read_window(
             self._table,
@@ -178,15 +136,15 @@ class VersionMonitor:
             window.slots,
             window.slot_seconds,
             window.requests,
-            self._requests_column,
+            self._requests_column + 1,
             self._clock(),
         )
         total = counts.counts
         fields = []
         for binner in [*self._features.values(), *self._outputs.values()]:
             field = binner.profile
-            live = [int(c) for c in total[binner.offset - 1 : binner.offset - 1 + field.bins]]
-            quality = total[binner.quality - 1 : binner.quality - 1 + len(QUALITY_ISSUES)]
+            live = [int(c) for c in total[binner.offset : binner.quality]]
+            quality = total[binner.quality : binner.quality + len(QUALITY_ISSUES)]
             score = psi(field.reference, live)
             fields.append(
                 {
@@ -215,9 +173,9 @@ class VersionMonitor:
                 "max_requests": window.requests,
                 "slots_used": counts.slots,
             },
-            "requests": int(total[self._requests_column - 1]),
+            "requests": int(total[self._requests_column]),
             "workers": counts.workers,
-            "unprofiled_requests": int(total[self._unprofiled_column - 1]),
+            "unprofiled_requests": int(total[self._unprofiled_column]),
             "drift_threshold": DRIFT_THRESHOLD,
             "fields": fields,
         }
@@ -225,3 +183,31 @@ class VersionMonitor:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
+
+
+def _fields(value: Any, default: str) -> Mapping[str, Any]:
+    """A request's features or answer as named fields (a bare value is one field)."""
+    return value if isinstance(value, Mapping) else {default: value}
+
+
+def _get(fields: Mapping[str, Any], name: str) -> Any:
+    return fields.get(name)
+
+
+def _may_have_unknown_fields(
+    present: Sequence[Mapping[str, Any]], columns: Iterable[list[Any]]
+) -> bool:
+    """False when every key of every request is a profiled field (counted without a loop).
+
+    The keys add up to at most the non-null profiled values only when no key is unknown.
+    """
+    keys = sum(map(len, present))
+    return keys != sum(sum(map(is_not, column, repeat(None))) for column in columns)
+
+
+def _unprofiled(
+    present: Sequence[Mapping[str, Any]], binners: Mapping[str, FieldBinner]
+) -> list[int]:
+    """Indexes of the requests with a field the profile does not know."""
+    known = binners.keys()
+    return [i for i, fields in enumerate(present) if not fields.keys() <= known]

@@ -46,8 +46,9 @@ def check_datatype(raw: Any, where: str) -> str:
 
 
 def check_shape(raw: Any, where: str, max_elements: int = MAX_ELEMENTS) -> tuple[int, ...]:
-    """``raw`` as a shape: at most :data:`MAX_DIMENSIONS` integers >= 0, each and their
-    product at most ``max_elements`` (so ``[0, 10**30]`` is refused too).
+    """``raw`` as a shape: at most :data:`MAX_DIMENSIONS` integers >= 0, each and the
+    product of those other than 0 at most ``max_elements`` (so ``[0, 10**30]`` and
+    ``[0, 4096, 4096, 4096]`` are refused too).
 
     Raises:
         InvalidInputError: naming the dimension or the limit (``server.max_tensor_elements``).
@@ -68,9 +69,12 @@ def check_shape(raw: Any, where: str, max_elements: int = MAX_ELEMENTS) -> tuple
                 "(server.max_tensor_elements)"
             )
         shape.append(dimension)
-    if element_count(shape) > max_elements:
+    # Dimensions other than 0 count too: [0, 4096, 4096, 4096] holds no element, but
+    # NumPy cannot even lay out such a shape once its product passes 2**63.
+    if element_count([d for d in shape if d]) > max_elements:
         raise InvalidInputError(
-            f"{where} has more than {max_elements} elements (server.max_tensor_elements)"
+            f"{where} has more than {max_elements} elements (server.max_tensor_elements), "
+            "counting every dimension other than 0"
         )
     return tuple(shape)
 

@@ -243,6 +243,18 @@ def test_python_outputs_get_a_datatype() -> None:
             {"inputs": [{"name": "x", "shape": [2**20, 2**20], "datatype": "FP32", "data": [1]}]},
             "more than",
         ),
+        (  # no element, but NumPy cannot lay the shape out (its product passes 2**63)
+            {
+                "inputs": [
+                    {"name": "x", "shape": [4096] * 6 + [0], "datatype": "UINT32", "data": []}
+                ]
+            },
+            "counting every dimension other than 0",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [0, 5000, 5000], "datatype": "FP32", "data": []}]},
+            "more than",
+        ),
         ([1, 2], "JSON object"),
     ],
 )

@@ -22,6 +22,7 @@ import pyarrow as pa
 from servinglib.batch._features import FeatureSpec
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._parts import OutputDirectory, PartStats
+from servinglib.batch._pipeline import prefetch
 from servinglib.batch._scoring import BatchScorer
 from servinglib.batch._source import InputSource, WorkUnit
 from servinglib.batch._spec import BatchAbortedError
@@ -40,17 +41,30 @@ def score_unit(
     batch_size: int,
     progress: ProgressCallback,
 ) -> PartStats:
-    """Score one work unit and write its part; ``progress(rows, errors)`` after each batch."""
+    """Score one work unit and write its part; ``progress(rows, errors)`` after each batch.
+
+    Three stages run side by side (:func:`prefetch`): a thread reads and decodes the next
+    chunk, another scores, and this one writes the part, so Parquet I/O, which releases the
+    GIL, overlaps the model. The model is only ever called from the scoring thread.
+    """
 
     chunk = batch_size * max(1, CHUNK_ROWS // batch_size)  # whole model batches per chunk
 
     def tables() -> Iterator[pa.Table]:
-        for batch in source.batches(unit, chunk):
-            table = scorer.score(batch)
-            progress(len(table), _errors(table))
-            yield table
+        batches = prefetch(source.batches(unit, chunk), name="batch-read")
+        try:
+            for batch in batches:
+                table = scorer.score(batch)
+                progress(len(table), _errors(table))
+                yield table
+        finally:
+            batches.close()
 
-    return out.write_part(unit.index, scorer.layout.schema(), tables())
+    scored = prefetch(tables(), name="batch-score")
+    try:
+        return out.write_part(unit.index, scorer.layout.schema(), scored)
+    finally:
+        scored.close()
 
 
 def _errors(table: pa.Table) -> int:

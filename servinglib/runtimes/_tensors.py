@@ -17,6 +17,7 @@ __all__ = [
     "default_threads",
     "pad_sequences",
     "split_batch",
+    "stack_arrays",
     "to_arrays",
     "trim_sequences",
 ]
@@ -70,6 +71,44 @@ def to_arrays(
     for spec in specs:
         if spec.name in arrays:
             spec.check(model, arrays[spec.name].shape)
+    return arrays
+
+
+def stack_arrays(
+    model: str,
+    batch: Sequence[Any],
+    dtypes: Mapping[str, np.dtype[Any]],
+    specs: Sequence[TensorSpec] = (),
+) -> dict[str, np.ndarray] | None:
+    """:func:`to_arrays` of every request in ``batch``, each input stacked on a new axis 0.
+
+    Row ``i`` of each array is what :func:`to_arrays` makes of ``batch[i]``. None when the
+    requests cannot be converted together (other keys, shapes that differ, a value that
+    does not convert or is not finite): convert them one by one, which names the culprit.
+    """
+    names = set(dtypes)
+    if any(dtype.kind not in "biuf" for dtype in dtypes.values()):
+        return None  # strings: numpy would make ragged rows an array of lists, not refuse them
+    if not batch or not all(type(f) is dict and f.keys() == names for f in batch):
+        return None
+    arrays = {}
+    for name, dtype in dtypes.items():
+        values = [features[name] for features in batch]
+        first = values[0]
+        if type(first) is np.ndarray and not all(
+            type(v) is np.ndarray and v.shape == first.shape for v in values
+        ):
+            return None
+        try:
+            with np.errstate(over="ignore"):
+                array = np.asarray(values, dtype=dtype)
+            check_finite(array, name)
+            row = to_arrays(model, {name: first}, {name: dtype}, specs)[name]
+        except (TypeError, ValueError, OverflowError, InvalidInputError):
+            return None
+        if array.shape[1:] != row.shape:
+            return None  # a ragged or scalar-and-list mix numpy happened to accept
+        arrays[name] = array
     return arrays
 
 

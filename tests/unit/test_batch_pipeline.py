@@ -10,6 +10,10 @@ import pytest
 from servinglib.batch._pipeline import prefetch
 
 
+def _running(name: str) -> bool:
+    return any(thread.name == name for thread in threading.enumerate())
+
+
 def test_items_arrive_in_order_from_another_thread() -> None:
     threads: set[str] = set()
 
@@ -48,12 +52,11 @@ def test_closing_early_stops_the_producer_and_closes_its_iterator() -> None:
         finally:
             closed.set()
 
-    before = threading.active_count()
     items = prefetch(endless(), depth=2, name="endless")
     assert [next(items) for _ in range(5)] == [0, 1, 2, 3, 4]
     items.close()
     assert closed.is_set()  # close() returns once the producer thread has ended
-    assert threading.active_count() == before
+    assert not _running("endless")
     assert len(produced) <= 5 + 2 + 1  # at most depth items (and one in hand) ahead
 
 
@@ -80,10 +83,10 @@ def test_a_consumer_error_stops_nested_stages() -> None:
             if item == 10:
                 raise RuntimeError("disk full")
 
-    before = threading.active_count()
     outer = prefetch(doubled(), name="score")
     with pytest.raises(RuntimeError, match="disk full"):
         write(outer)
     outer.close()
     assert stopped == ["source", "doubled"]
-    assert threading.active_count() == before
+    assert not _running("read")
+    assert not _running("score")

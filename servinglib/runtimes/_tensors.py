@@ -106,8 +106,10 @@ def stack_arrays(
             row = to_arrays(model, {name: first}, {name: dtype}, specs)[name]
         except (TypeError, ValueError, OverflowError, InvalidInputError):
             return None
-        if array.shape[1:] != row.shape:
-            return None  # a ragged or scalar-and-list mix numpy happened to accept
+        if array.ndim < 2 or array.shape[1:] != row.shape:
+            # scalars (rows of a 1-d array are NumPy scalars, not arrays), or a ragged or
+            # scalar-and-list mix numpy happened to accept
+            return None
         arrays[name] = array
     return arrays
 

@@ -140,13 +140,14 @@ class OutputLayout:
             arrays.append(self._column(name, type_name, values, errors))
         # a later column may have failed a row whose earlier columns were filled: blank them
         start = 1 if self.id_column and ids is not None else 0
-        if errors.count(None) != rows:
+        clean = errors.count(None) == rows
+        if not clean:
             failed = pa.array([e is not None for e in errors], pa.bool_())
             for j in range(start, len(arrays)):
                 arrays[j] = pc.if_else(failed, pa.scalar(None, arrays[j].type), arrays[j])
         arrays.append(pa.repeat(pa.scalar(model, pa.string()), rows))
         arrays.append(pa.repeat(pa.scalar(version, pa.string()), rows))
-        arrays.append(pa.array(errors, pa.string()))
+        arrays.append(pa.nulls(rows, pa.string()) if clean else pa.array(errors, pa.string()))
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def _check_keys(self, outputs: Sequence[Any], errors: list[str | None]) -> None:

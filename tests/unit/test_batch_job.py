@@ -191,3 +191,24 @@ def test_a_tensor_runtime_prepares_whole_chunks_and_a_bad_row_fails_alone(tmp_pa
             want = instance.predict({"x": [x[i].tolist()]})["eta"].tolist()
             assert table[i]["eta"][0] == pytest.approx(want[0], rel=1e-6)
             assert table[i]["error"] is None
+
+
+def test_units_stream_through_one_pipeline_and_a_failed_unit_is_named(tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.csv").write_text("id,x\n1,1\n2,2\n")
+    (inputs / "b.csv").write_text("id,x\n")  # no rows: its part is written all the same
+    (inputs / "c.csv").write_text("id,x\n3,3\n")
+    summary = predict(_job(tmp_path, inputs))
+    assert summary.rows == 3
+    parts = sorted(p.name for p in (tmp_path / "out").glob("part-*"))
+    assert parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert pq.read_table(tmp_path / "out" / "part-00001.parquet").num_rows == 0
+    assert pq.read_table(tmp_path / "out").column("id").to_pylist() == [1, 2, 3]
+
+    (inputs / "c.csv").write_text("id,x\n3,3\n4,4,4\n")  # a row with a column too many
+    with pytest.raises(BatchAbortedError, match=r"work unit 2 \(.*c\.csv\) failed: .*rerun"):
+        predict(_job(tmp_path, inputs, overwrite=True))
+    kept = sorted(p.name for p in (tmp_path / "out").glob("part-*"))
+    assert kept == ["part-00000.parquet", "part-00001.parquet"]  # written before the failure
+    assert not list((tmp_path / "out").glob(".part-*"))

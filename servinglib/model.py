@@ -183,6 +183,16 @@ class Model(ABC):
         """
         return features
 
+    def prepare_batch(self, batch: Sequence[Any]) -> list[Any]:
+        """Prepare many requests at once: what :meth:`prepare` returns for each, in order.
+
+        Batch prediction calls this on thousands of rows at a time; override it when
+        converting them together is cheaper than one by one (the tensor runtimes stack
+        them into one array). Raise when any request is invalid: each is then prepared
+        alone with :meth:`prepare`, so a bad one fails with its own message.
+        """
+        return [self.prepare(features) for features in batch]
+
     def predict_batch(self, batch: Sequence[Any]) -> list[Any]:
         """Answer several requests at once; override when the model vectorises well."""
         return [self.predict(features) for features in batch]

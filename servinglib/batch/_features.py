@@ -128,8 +128,11 @@ def non_finite_rows(array: pa.Array) -> np.ndarray:
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if pa.types.is_floating(datatype):
-        finite = pc.is_finite(array).fill_null(True)
-        return ~np.asarray(finite.to_numpy(zero_copy_only=False), dtype=bool)
+        if not array.null_count:  # NumPy on the values themselves: no mask to convert
+            finite: np.ndarray = np.isfinite(np.asarray(array.to_numpy(zero_copy_only=False)))
+            return ~finite
+        flags = pc.is_finite(array).fill_null(True)
+        return ~np.asarray(flags.to_numpy(zero_copy_only=False), dtype=bool)
     if pa.types.is_struct(datatype):
         mask = np.zeros(len(array), dtype=bool)
         for i in range(datatype.num_fields):

@@ -13,48 +13,19 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from servinglib.batch._features import FeatureSpec
 from servinglib.batch._layout import OutputLayout
-from servinglib.batch._parts import OutputDirectory, PartStats
+from servinglib.batch._parts import OutputDirectory
+from servinglib.batch._pipeline import ProgressCallback, UnitFailedError, score_units
 from servinglib.batch._scoring import BatchScorer
 from servinglib.batch._source import InputSource, WorkUnit
 from servinglib.batch._spec import BatchAbortedError
 
-__all__ = ["WorkerSpec", "run_local", "score_unit"]
-
-ProgressCallback = Callable[[int, int], None]
-CHUNK_ROWS = 8192  # rows read, validated, laid out and written at a time
-
-
-def score_unit(
-    source: InputSource,
-    unit: WorkUnit,
-    scorer: BatchScorer,
-    out: OutputDirectory,
-    batch_size: int,
-    progress: ProgressCallback,
-) -> PartStats:
-    """Score one work unit and write its part; ``progress(rows, errors)`` after each batch."""
-
-    chunk = batch_size * max(1, CHUNK_ROWS // batch_size)  # whole model batches per chunk
-
-    def tables() -> Iterator[pa.Table]:
-        for batch in source.batches(unit, chunk):
-            table = scorer.score(batch)
-            progress(len(table), _errors(table))
-            yield table
-
-    return out.write_part(unit.index, scorer.layout.schema(), tables())
-
-
-def _errors(table: pa.Table) -> int:
-    return int(len(table) - table.column("error").null_count)
+__all__ = ["WorkerSpec", "run_local"]
 
 
 @dataclass(frozen=True)
@@ -103,14 +74,21 @@ def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
         results.put(("progress", rows, errors))
 
     results.put(("ready",))
-    while (index := tasks.get()) is not None:
-        unit = spec.source.units[index]
-        try:
-            score_unit(spec.source, unit, scorer, spec.out, spec.batch_size, progress)
-        except Exception as e:
-            results.put(("failed", f"work unit {index} ({unit.path}) failed: {e}"))
-            return
-        results.put(("done", index))
+    # the read stage takes the next unit from the queue once it has read the last one
+    units = (spec.source.units[index] for index in iter(tasks.get, None))
+    try:
+        score_units(
+            spec.source,
+            units,
+            scorer,
+            spec.out,
+            spec.batch_size,
+            progress,
+            lambda unit, _: results.put(("done", unit.index)),
+        )
+    except Exception as e:
+        where = "" if isinstance(e, UnitFailedError) else f"worker {os.getpid()}: "
+        results.put(("failed", f"{where}{e}"))
 
 
 def run_local(
@@ -129,8 +107,10 @@ def run_local(
         BatchAbortedError: a worker failed or died; parts already written are kept.
     """
     if spec.workers <= 1 or len(pending) <= 1:
-        for unit in pending:
-            score_unit(spec.source, unit, scorer, spec.out, spec.batch_size, progress)
+        try:
+            score_units(spec.source, pending, scorer, spec.out, spec.batch_size, progress)
+        except UnitFailedError as e:
+            raise BatchAbortedError(f"{e}; rerun with --resume once fixed") from e.__cause__
         return 0.0
     started = time.monotonic()
     startup_s = 0.0

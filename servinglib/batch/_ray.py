@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from servinglib.batch._local import WorkerSpec, score_unit
+from servinglib.batch._local import WorkerSpec
+from servinglib.batch._pipeline import score_unit
 from servinglib.batch._source import WorkUnit
 from servinglib.batch._spec import BatchAbortedError
 from servinglib.errors import ConfigError, ServinglibError

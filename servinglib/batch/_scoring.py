@@ -50,6 +50,9 @@ class BatchScorer:
         self._validator = BatchValidator(self.input_schema)
         # the base class's prepare returns its input: calling it per row buys nothing
         self._prepares = type(self.model).prepare is not Model.prepare
+        # the base class's prepare_batch calls prepare per row, and would do it twice for
+        # a chunk holding one bad row: only a model's own prepare_batch is worth a try
+        self._prepares_batch = type(self.model).prepare_batch is not Model.prepare_batch
 
     def score(self, batch: pa.RecordBatch) -> pa.Table:
         """The output rows of ``batch``, in input order, one per input row."""
@@ -86,6 +89,10 @@ class BatchScorer:
                 return features, range(len(features))  # the common case: no copies
             positions = [i for i, e in enumerate(errors) if e is None]
             return [features[i] for i in positions], positions
+        if self._prepares_batch:
+            prepared = self._prepare_together(features, errors)
+            if prepared is not None:
+                return prepared
         payloads: list[Any] = []
         kept: list[int] = []
         for i, row in enumerate(features):
@@ -98,6 +105,18 @@ class BatchScorer:
                 continue
             kept.append(i)
         return payloads, kept
+
+    def _prepare_together(
+        self, features: list[Any], errors: list[str | None]
+    ) -> tuple[list[Any], list[int]] | None:
+        """The model's ``prepare_batch`` over the valid rows; None when it raised."""
+        positions = [i for i, e in enumerate(errors) if e is None]
+        valid = features if len(positions) == len(features) else [features[i] for i in positions]
+        try:
+            prepared = self.model.prepare_batch(valid)
+        except Exception:
+            return None  # the caller prepares row by row, so a bad row fails alone
+        return (prepared, positions) if len(prepared) == len(valid) else None
 
     def _predict(self, payloads: list[Any]) -> list[Any] | Exception:
         """One ``predict_batch`` over ``payloads``: its outputs, or what it raised."""

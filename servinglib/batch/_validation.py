@@ -10,6 +10,7 @@ row is refused exactly when ``/infer`` would refuse it, with the same message.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ _PROPERTY_KEYS = _ANNOTATIONS | {
     "minLength",
     "maxLength",
 }
+_BOUNDS = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 _TOP_KEYS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties"}
 
 
@@ -52,7 +54,41 @@ def _as_mask(result: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(result.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def _length_bounds(schema: Mapping[str, Any], suffix: str) -> dict[str, Any]:
+    """``minLength``/``maxLength`` (or ``minItems``/``maxItems``) as numeric bounds."""
+    bounds = {"minimum": schema.get("min" + suffix, 0)}
+    if "max" + suffix in schema:
+        bounds["maximum"] = schema["max" + suffix]
+    return bounds
+
+
+def _min_max(array: pa.Array) -> tuple[Any, Any]:
+    """The least and greatest non-null, non-NaN value of ``array`` (None, None when none)."""
+    if not array.null_count and len(array):
+        values = np.asarray(array.to_numpy(zero_copy_only=False))
+        low, high = values.min(), values.max()  # several times faster than pc.min_max
+        if not (values.dtype.kind == "f" and (math.isnan(low) or math.isnan(high))):
+            return low.item(), high.item()
+    low, high = pc.min_max(array).values()  # skips nulls and NaN
+    return low.as_py(), high.as_py()
+
+
+def _within(array: pa.Array, schema: Mapping[str, Any]) -> bool:
+    """Whether every non-null value of ``array`` meets its bounds, from its min and max alone."""
+    low, high = _min_max(array)
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return False  # empty, all null, or all NaN: let the masks decide
+    return (
+        low >= schema.get("minimum", low)
+        and high <= schema.get("maximum", high)
+        and ("exclusiveMinimum" not in schema or low > schema["exclusiveMinimum"])
+        and ("exclusiveMaximum" not in schema or high < schema["exclusiveMaximum"])
+    )
+
+
 def _bounds(array: pa.Array, schema: Mapping[str, Any], mask: np.ndarray) -> None:
+    if not _BOUNDS.intersection(schema) or _within(array, schema):
+        return  # the common case: one pass for min and max, no mask per bound
     for key, compare in (
         ("minimum", pc.less),
         ("maximum", pc.greater),
@@ -69,7 +105,10 @@ def _suspect(array: pa.Array, schema: Mapping[str, Any]) -> np.ndarray | None:
         return None
     datatype = array.type
     kind = schema.get("type")
-    mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if array.null_count:
+        mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    else:
+        mask = np.zeros(len(array), dtype=bool)
     if (kind == "number" and _numeric(datatype)) or (
         kind == "integer" and pa.types.is_integer(datatype)
     ):
@@ -78,15 +117,9 @@ def _suspect(array: pa.Array, schema: Mapping[str, Any]) -> np.ndarray | None:
         pass
     elif kind == "string" and (pa.types.is_string(datatype) or pa.types.is_large_string(datatype)):
         if "minLength" in schema or "maxLength" in schema:
-            lengths = pc.utf8_length(array)
-            mask |= _as_mask(pc.less(lengths, schema.get("minLength", 0)))
-            if "maxLength" in schema:
-                mask |= _as_mask(pc.greater(lengths, schema["maxLength"]))
+            _bounds(pc.utf8_length(array), _length_bounds(schema, "Length"), mask)
     elif kind == "array" and _is_list(datatype):
-        lengths = pc.list_value_length(array)
-        mask |= _as_mask(pc.less(lengths, schema.get("minItems", 0)))
-        if "maxItems" in schema:
-            mask |= _as_mask(pc.greater(lengths, schema["maxItems"]))
+        _bounds(pc.list_value_length(array), _length_bounds(schema, "Items"), mask)
         if "items" in schema:
             inner = _suspect(pc.list_flatten(array), schema["items"])
             if inner is None:

@@ -14,6 +14,7 @@ from servinglib.runtimes._tensors import (
     concat_batch,
     pad_sequences,
     split_batch,
+    stack_arrays,
     to_arrays,
     trim_sequences,
 )
@@ -50,6 +51,21 @@ class TensorModel(Model):
         if type(features) is _Prepared:
             return features
         return _Prepared(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
+
+    def prepare_batch(self, batch: Sequence[Any]) -> list[Any]:
+        """Convert and check many requests at once: one array per input for all of them.
+
+        Each request gets views into those arrays, as :meth:`prepare` would have made them;
+        requests that cannot be converted together are prepared one by one.
+        """
+        arrays = stack_arrays(self.settings.name, batch, self._dtypes, self.inputs)
+        if arrays is None:
+            return [self.prepare(features) for features in batch]
+        names = list(arrays)
+        if len(names) == 1:
+            return [_Prepared({names[0]: row}) for row in arrays[names[0]]]
+        columns = [arrays[name] for name in names]
+        return [_Prepared(zip(names, rows, strict=True)) for rows in zip(*columns, strict=True)]
 
     def predict(self, features: Any) -> dict[str, np.ndarray]:
         """Run on ``{input name: tensor}``; returns ``{output name: tensor}``."""

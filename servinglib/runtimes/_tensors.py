@@ -17,6 +17,7 @@ __all__ = [
     "default_threads",
     "pad_sequences",
     "split_batch",
+    "stack_arrays",
     "to_arrays",
     "trim_sequences",
 ]
@@ -75,6 +76,46 @@ def to_arrays(
     return arrays
 
 
+def stack_arrays(
+    model: str,
+    batch: Sequence[Any],
+    dtypes: Mapping[str, np.dtype[Any]],
+    specs: Sequence[TensorSpec] = (),
+) -> dict[str, np.ndarray] | None:
+    """:func:`to_arrays` of every request in ``batch``, each input stacked on a new axis 0.
+
+    Row ``i`` of each array is what :func:`to_arrays` makes of ``batch[i]``. None when the
+    requests cannot be converted together (other keys, shapes that differ, a value that
+    does not convert or is not finite): convert them one by one, which names the culprit.
+    """
+    names = set(dtypes)
+    if any(dtype.kind not in "biuf" for dtype in dtypes.values()):
+        return None  # strings: numpy would make ragged rows an array of lists, not refuse them
+    if not batch or not all(type(f) is dict and f.keys() == names for f in batch):
+        return None
+    arrays = {}
+    for name, dtype in dtypes.items():
+        values = [features[name] for features in batch]
+        first = values[0]
+        if type(first) is np.ndarray and not all(
+            type(v) is np.ndarray and v.shape == first.shape for v in values
+        ):
+            return None
+        try:
+            with np.errstate(over="ignore"):
+                array = np.asarray(values, dtype=dtype)
+            check_finite(array, name)
+            row = to_arrays(model, {name: first}, {name: dtype}, specs)[name]
+        except (TypeError, ValueError, OverflowError, InvalidInputError):
+            return None
+        if array.ndim < 2 or array.shape[1:] != row.shape:
+            # scalars (rows of a 1-d array are NumPy scalars, not arrays), or a ragged or
+            # scalar-and-list mix numpy happened to accept
+            return None
+        arrays[name] = array
+    return arrays
+
+
 def concat_batch(
     batch: Sequence[Mapping[str, np.ndarray]],
 ) -> tuple[dict[str, np.ndarray], list[int]] | None:
@@ -101,9 +142,13 @@ def split_batch(
     outputs: Mapping[str, np.ndarray], sizes: Sequence[int]
 ) -> list[dict[str, np.ndarray]]:
     """Undo :func:`concat_batch` on the outputs."""
-    bounds = np.cumsum(sizes)[:-1]
-    pieces = {name: np.split(array, bounds, axis=0) for name, array in outputs.items()}
-    return [{name: pieces[name][i] for name in outputs} for i in range(len(sizes))]
+    stops = np.cumsum(sizes).tolist()
+    starts = [0, *stops[:-1]]
+    # slices, not np.split: the same views, without its per-piece swapaxes calls
+    return [
+        {name: array[start:stop] for name, array in outputs.items()}
+        for start, stop in zip(starts, stops, strict=True)
+    ]
 
 
 def pad_sequences(

@@ -141,3 +141,74 @@ def test_the_ray_engine_without_ray_says_what_to_install(
     source = _parquet(tmp_path / "in.parquet", _rows(10))
     with pytest.raises(ConfigError, match=r"pip install 'servinglib\[ray\]'"):
         predict(_job(tmp_path, source, engine="ray"))
+
+
+def test_a_tensor_runtime_prepares_whole_chunks_and_a_bad_row_fails_alone(tmp_path: Path) -> None:
+    import numpy as np
+    from optimize_models import regressor_rows, write_regressor
+
+    from servinglib.config import load_config
+    from servinglib.registry import ModelRegistry
+
+    version = tmp_path / "models" / "eta" / "1"
+    version.mkdir(parents=True)
+    write_regressor(version / "model.onnx")
+    import onnxruntime
+
+    case = regressor_rows(1, seed=2)
+    eta = onnxruntime.InferenceSession(str(version / "model.onnx")).run(None, {"x": case})[0]
+    (version / "test_data.json").write_text(
+        json.dumps({"cases": [{"input": {"x": case.tolist()}, "expected": {"eta": eta.tolist()}}]})
+    )
+    config = tmp_path / "servinglib.yaml"
+    config.write_text(
+        "service: s\nmodels:\n  - name: eta\n    runtime: onnx\n    repository: models/eta\n"
+        "    default_version: '1'\n    runtime_options: {intra_op_threads: 1}\n"
+    )
+    x = regressor_rows(300, seed=1).astype(np.float64)
+    x[123, 5] = 1e300  # finite for JSON and Arrow, infinite as the model's FP32
+    rows = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 16)
+    source = tmp_path / "in.parquet"
+    pq.write_table(
+        pa.table({"id": np.arange(300), "x": pa.ListArray.from_arrays(np.arange(301), rows)}),
+        source,
+        row_group_size=150,
+    )
+    registry = ModelRegistry(load_config(config, environ={}))
+    registry.load_all()
+    instance = registry.record("eta", "1").instance
+    assert instance is not None
+    for numpy_lists in (True, False):
+        out = tmp_path / f"out-{numpy_lists}"
+        job = BatchJob(str(config), "eta", str(source), str(out), id_column="id", progress=False)
+        summary = predict(BatchJob(**{**job.__dict__, "numpy_lists": numpy_lists}))
+        assert (summary.rows, summary.errors) == (300, 1)
+        table = pq.read_table(out).to_pylist()
+        assert table[123]["error"].startswith("invalid input: input 'x' of model 'eta'")
+        assert "NaN or Infinity" in table[123]["error"]
+        assert table[123]["eta"] is None
+        for i in (0, 122, 124, 299):  # as one request each would be answered
+            want = instance.predict({"x": [x[i].tolist()]})["eta"].tolist()
+            assert table[i]["eta"][0] == pytest.approx(want[0], rel=1e-6)
+            assert table[i]["error"] is None
+
+
+def test_units_stream_through_one_pipeline_and_a_failed_unit_is_named(tmp_path: Path) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.csv").write_text("id,x\n1,1\n2,2\n")
+    (inputs / "b.csv").write_text("id,x\n")  # no rows: its part is written all the same
+    (inputs / "c.csv").write_text("id,x\n3,3\n")
+    summary = predict(_job(tmp_path, inputs))
+    assert summary.rows == 3
+    parts = sorted(p.name for p in (tmp_path / "out").glob("part-*"))
+    assert parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert pq.read_table(tmp_path / "out" / "part-00001.parquet").num_rows == 0
+    assert pq.read_table(tmp_path / "out").column("id").to_pylist() == [1, 2, 3]
+
+    (inputs / "c.csv").write_text("id,x\n3,3\n4,4,4\n")  # a row with a column too many
+    with pytest.raises(BatchAbortedError, match=r"work unit 2 \(.*c\.csv\) failed: .*rerun"):
+        predict(_job(tmp_path, inputs, overwrite=True))
+    kept = sorted(p.name for p in (tmp_path / "out").glob("part-*"))
+    assert kept == ["part-00000.parquet", "part-00001.parquet"]  # written before the failure
+    assert not list((tmp_path / "out").glob(".part-*"))

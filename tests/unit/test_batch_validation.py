@@ -112,6 +112,28 @@ def test_columnar_verdicts_equal_jsonschema_row_by_row(name: str, numpy_lists: b
     assert any(e is not None for e in got)
 
 
+@pytest.mark.parametrize("name", ["image", "mixed", "vector"])
+def test_rows_within_every_bound_are_vouched_for_by_the_columns_alone(name: str) -> None:
+    schema = SCHEMAS[name]
+    rows = [r for r in _rows(name, random.Random(name)) if _reference(schema, r) is None]
+    if name == "vector":
+        rows.append({"measurements": [5.0, -5.0, 0.0]})  # on the bounds, which are inclusive
+    batch = pa.RecordBatch.from_pylist(rows)
+    features = rows_to_features(batch, FeatureSpec())
+    validator = BatchValidator(schema)
+    assert not validator._suspects(features.columns, len(rows)).any()  # no row to jsonschema
+    assert validator.errors(features.features, features.columns, features.errors) == [None] * len(
+        rows
+    )
+    if name == "mixed":  # one row on an exclusive bound makes only that row a suspect
+        rows.append({"n": 0, "name": "ab", "flag": True})
+        batch = pa.RecordBatch.from_pylist(rows)
+        features = rows_to_features(batch, FeatureSpec())
+        got = validator.errors(features.features, features.columns, features.errors)
+        assert got == [None] * (len(rows) - 1) + [_reference(schema, rows[-1])]
+        assert got[-1] is not None
+
+
 def test_nan_and_infinity_are_refused_before_the_schema_like_strict_json() -> None:
     batch = pa.RecordBatch.from_pylist(
         [

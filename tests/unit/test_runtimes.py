@@ -257,3 +257,58 @@ def test_pad_inputs_naming_an_unknown_input_fails_the_version(tmp_path: Path) ->
     record = _masked_mean_record(tmp_path, ", pad_inputs: {input_ids: 0}")
     assert record.state is VersionState.FAILED
     assert "pad_inputs names ['input_ids']" in record.reason
+
+
+def test_prepare_batch_stacks_what_prepare_makes_of_each_request(tmp_path: Path) -> None:
+    model = _masked_mean_record(tmp_path, "").instance
+    requests: list[dict[str, Any]] = [
+        {"tokens": [[1.0, 2.0]], "mask": [[1.0, 1.0]]},
+        {"tokens": np.array([[3.0, 1e3]]), "mask": [[1, 0]]},  # arrays and ints convert too
+        {"tokens": [[-2.5, 0.0]], "mask": [[0.0, 1.0]]},
+    ]
+    prepared = model.prepare_batch(requests)
+    alone = [model.prepare(r) for r in requests]
+    assert len(prepared) == len(alone)
+    for got, want in zip(prepared, alone, strict=True):
+        assert got.keys() == want.keys()
+        for name in want:
+            assert got[name].dtype == want[name].dtype
+            assert got[name].shape == want[name].shape
+            np.testing.assert_array_equal(got[name], want[name])
+    assert model.prepare(prepared[0]) is prepared[0]  # prepared once: passed through after
+    outputs = model.predict_batch(prepared)
+    assert [o["pooled"].tolist() for o in outputs] == [[1.5], [3.0], [0.0]]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"tokens": [[1.0, float("nan")]], "mask": [[1.0, 1.0]]}, "NaN or Infinity"),
+        ({"tokens": [[1e300, 1.0]], "mask": [[1.0, 1.0]]}, "NaN or Infinity"),  # inf as FP32
+        ({"tokens": [["a", 1.0]], "mask": [[1.0, 1.0]]}, "cannot convert"),
+        ({"tokens": [[1.0, 2.0]]}, "missing \\['mask'\\]"),
+    ],
+)
+def test_prepare_batch_fails_with_the_message_of_the_bad_request_alone(
+    tmp_path: Path, bad: dict[str, Any], message: str
+) -> None:
+    from servinglib.errors import InvalidInputError
+
+    model = _masked_mean_record(tmp_path, "").instance
+    good = {"tokens": [[1.0, 2.0]], "mask": [[1.0, 1.0]]}
+    with pytest.raises(InvalidInputError, match=message):
+        model.prepare(bad)
+    with pytest.raises(InvalidInputError, match=message):
+        model.prepare_batch([good, bad, good])
+
+
+def test_prepare_batch_of_different_lengths_prepares_each_alone(tmp_path: Path) -> None:
+    model = _masked_mean_record(tmp_path, "").instance
+    requests = [
+        {"tokens": np.array([[1.0, 2.0]]), "mask": np.array([[1.0, 1.0]])},
+        {"tokens": np.array([[3.0, 6.0, 9.0]]), "mask": np.array([[1.0, 1.0, 1.0]])},
+        {"tokens": [[3.0, 6.0, 9.0]], "mask": [[1.0, 1.0]]},  # numpy refuses to stack these
+    ]
+    prepared = model.prepare_batch(requests)
+    assert [p["tokens"].shape for p in prepared] == [(1, 2), (1, 3), (1, 3)]
+    assert [p["mask"].shape for p in prepared] == [(1, 2), (1, 3), (1, 2)]

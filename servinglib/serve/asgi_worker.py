@@ -252,9 +252,12 @@ def limited_protocol(
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
+            if not self.transport.can_write_eof():  # e.g. TLS: no half-close to offer
+                self.transport.close()
+                return
             try:
                 self.transport.write_eof()
-            except (OSError, RuntimeError, NotImplementedError):
+            except OSError:  # the client went away meanwhile
                 self.transport.close()
                 return
             self.loop.call_later(LINGER_S, self._end_linger)

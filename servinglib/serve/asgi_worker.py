@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import orjson
 from gunicorn.arbiter import Arbiter
@@ -29,6 +29,7 @@ from uvicorn_worker import UvicornWorker
 from servinglib.http.app import create_asgi_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
+from servinglib.serve.one_write import OneWriteTransport
 from servinglib.serve.settings import connection_cap
 from servinglib.worker import Worker
 
@@ -325,7 +326,10 @@ def limited_protocol(
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
+            before = self.cycle
             super().on_headers_complete()
+            if self.cycle is not None and self.cycle is not before:  # this request's cycle
+                self.cycle.transport = cast(asyncio.Transport, OneWriteTransport(self.transport))
             if self._stopping and self.cycle is not None:
                 self.cycle.keep_alive = False  # answered during shutdown, then closed
 

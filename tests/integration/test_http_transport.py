@@ -155,3 +155,29 @@ def test_invalid_utf8_is_refused(server: LiveServer) -> None:
         raw = post(path, body, f"Content-Length: {len(body)}")
         error = assert_json(*exchange(server, raw), 400)["error"]
         assert "UTF-8" in str(error), error
+
+
+@pytest.mark.parametrize("path", ["/infer", "/v2/models/echo/infer", "/v2/repository/index"])
+def test_expect_100_continue_gets_the_interim_answer_then_the_whole_answer(
+    server: LiveServer, path: str
+) -> None:
+    """curl sends ``Expect: 100-continue`` for bodies over 1 KiB and waits for the 100."""
+    body = INFER if path == "/infer" else V2
+    port = int(server.url.rsplit(":", 1)[1])
+    head = post(path, b"", "Expect: 100-continue", f"Content-Length: {len(body)}")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed before the interim answer: {data!r}"
+            data += chunk
+        interim, _, rest = data.partition(b"\r\n\r\n")
+        assert interim.startswith(b"HTTP/1.1 100 "), data
+        sock.sendall(body)
+        data = rest
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed without an answer: {data!r}"
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 "), data

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from servinglib import loop_calls
 from servinglib.batch_rows import split_rows, splits_rows, stack_rows
 from servinglib.batching import BatchListener, DynamicBatcher
 from servinglib.errors import (
@@ -308,10 +309,17 @@ class InferenceService:
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
         # A loop never runs a slow call itself; a step's thread runs it, since it would wait.
-        if lane.shared() and (request.inline if blocking else lane.quick()):
+        if lane.shared() and blocking and request.inline:
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)
+        if lane.shared() and not blocking and lane.quick() and loop_calls.available():
+            payload = instance.prepare(features)
+            call.check_deadline()
+            where = f"model {call.ready.model!r} version {call.ready.version!r}"
+            done, value = loop_calls.run_on_loop(where, lane.timed, instance, payload)
+            if done:
+                return True, value
         executor = lane.executor(call.ready)
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
             payload = lane.payload(instance.prepare(features), deadline)  # checked first

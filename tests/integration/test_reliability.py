@@ -97,6 +97,32 @@ def test_a_hung_model_cannot_wedge_its_worker(
     wait_until(recovered, 90, "the wedged worker's replacement serving 'hanger'")
 
 
+def test_a_quick_model_that_stops_on_the_event_loop_is_cut_off_and_moved_to_threads(
+    tmp_path: Path, start_server: Any
+) -> None:
+    """A model quick enough to run on the loop, until one call waits: the loop goes on."""
+    server: LiveServer = start_server(
+        reliability_service(tmp_path), "--workers", "1", "--worker", "asyncio"
+    )
+    quick = {"sleep_s": 0, "thread": True}
+    threads = [infer(server.url, "steady", quick).json()["output"]["thread"] for _ in range(200)]
+    assert threads[-1] == "MainThread", threads  # measured quick: it runs on the event loop
+    release = tmp_path / "release"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        stuck = pool.submit(infer, server.url, "steady", {**quick, "wait_for": str(release)})
+        wait_until(lambda: "was interrupted" in server.log(), 30, "the cut-off of the call")
+        # The loop answers while the call waits (on a thread now, rerun there).
+        assert requests.get(f"{server.url}/readyz", timeout=10).status_code == 200
+        assert infer(server.url, "hanger", {"sleep_s": 0}, timeout=10).status_code == 200
+        assert not stuck.done()
+        release.touch()
+        answer = stuck.result(timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["output"]["thread"] != "MainThread"
+    after = infer(server.url, "steady", quick).json()["output"]["thread"]
+    assert after != "MainThread"  # its calls stay on the model's threads
+
+
 SLOW_MODEL = """  - name: slow
     class: models/misbehaving/model.py:Misbehaving
     repository: models/misbehaving

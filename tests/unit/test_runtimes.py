@@ -348,3 +348,34 @@ def test_inputs_sharing_a_named_dimension_must_agree_on_its_size(
     assert message in answer.get_json()["error"]
     answer = client.post("/infer", json={"model_id": "pool", "features": good})
     assert answer.status_code == 200, answer.get_data(as_text=True)
+
+
+def test_input_schema_array_sizes_bound_the_tensors_on_both_protocols(tmp_path: Path) -> None:
+    """A graph that cannot run on empty or overlong sequences (BERT's 512 positions): the
+    input_schema's minItems/maxItems refuse them on Open Inference as on /infer."""
+    _masked_mean_record(tmp_path, "")
+    config = tmp_path / "servinglib.yaml"
+    rows = "{type: array, minItems: 1, items: {type: array, minItems: 1, maxItems: 3, items: {type: number}}}"
+    config.write_text(
+        config.read_text()
+        + f"    input_schema:\n      type: object\n      properties: {{tokens: {rows}, mask: {rows}}}\n"
+    )
+    client = create_app_from_config(config).test_client()
+
+    def v2(length: int) -> Any:
+        tensors = [
+            {"name": name, "datatype": "FP32", "shape": [1, length], "data": [1.0] * length}
+            for name in ("tokens", "mask")
+        ]
+        return client.post("/v2/models/pool/infer", json={"inputs": tensors})
+
+    assert v2(3).status_code == 200
+    for length, allowed in [(4, "1 to 3"), (0, "1 to 3")]:
+        answer = v2(length)
+        assert answer.status_code == 400
+        error = answer.get_json()["error"]
+        assert f"input 'tokens' of model 'pool' has size {length} on axis 1" in error
+        assert f"its input_schema allows {allowed}" in error
+    features = {"tokens": [[1.0] * 4], "mask": [[1.0] * 4]}
+    answer = client.post("/infer", json={"model_id": "pool", "features": features})
+    assert answer.status_code == 400

@@ -303,3 +303,12 @@ def test_bad_requests_get_a_4xx_naming_the_problem(server: LiveServer) -> None:
     )
     assert answer.status_code == 400
     assert "share the dimension 'sequence'" in answer.json()["error"]
+    tensors = [
+        {"name": name, "datatype": "INT64", "shape": [1, 600], "data": [101] * 600}
+        for name in ("input_ids", "attention_mask")
+    ]
+    answer = requests.post(
+        f"{server.url}/v2/models/embed/infer", json={"inputs": tensors}, timeout=30
+    )
+    assert answer.status_code == 400  # BERT has 512 positions
+    assert "has size 600 on axis 1; its input_schema allows 1 to 512" in answer.json()["error"]

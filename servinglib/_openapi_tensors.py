@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
 from servinglib.wire.datatypes import DATATYPES, numpy_dtype
-from servinglib.wire.tensor_bounds import element_bounds
+from servinglib.wire.tensor_bounds import check_dimensions, dimension_bounds, element_bounds
 
 __all__ = ["PARAMETERS", "declared_inputs", "declared_outputs", "element_schema"]
 
@@ -112,26 +113,45 @@ def _tensor(spec: TensorSpec, shape: Sequence[int], bounds: Mapping[str, Any]) -
 
 
 def declared_tensor(
-    spec: TensorSpec, listed_sizes: int, bounds: Mapping[str, Any]
+    spec: TensorSpec,
+    listed_sizes: int,
+    bounds: Mapping[str, Any],
+    sizes: Sequence[tuple[int, int | None]] = (),
 ) -> dict[str, Any] | None:
-    """The exact schema of ``spec`` as a JSON tensor (elements within ``bounds``, see
-    :mod:`servinglib.wire.tensor_bounds`), or None when it has several ``-1`` dimensions
-    (too many shapes to list)."""
+    """The exact schema of ``spec`` as a JSON tensor (elements within ``bounds``, axes
+    within ``sizes``, see :mod:`servinglib.wire.tensor_bounds`), or None when it has several
+    ``-1`` dimensions (too many shapes to list) or no shape its sizes allow."""
     free = [i for i, dimension in enumerate(spec.shape) if dimension == -1]
-    if not free:
-        return _tensor(spec, spec.shape, bounds)
     if len(free) > 1:
         return None
-    variants = []
-    for size in range(1, listed_sizes + 1):
-        shape = [size if dimension == -1 else dimension for dimension in spec.shape]
-        variants.append(_tensor(spec, shape, bounds))
+    shapes = (
+        [spec.shape]
+        if not free
+        else [
+            tuple(size if dimension == -1 else dimension for dimension in spec.shape)
+            for size in range(1, listed_sizes + 1)
+        ]
+    )
+    variants = [_tensor(spec, shape, bounds) for shape in shapes if _fits(shape, sizes)]
+    if not variants:
+        return None
+    if not free:
+        return variants[0]
     return {
         "description": f"{spec.name}: shape {list(spec.shape)}; sizes 1 to {listed_sizes} of "
         "the -1 dimension are listed here, larger ones are accepted up to "
         "server.max_tensor_elements",
         "oneOf": variants,
     }
+
+
+def _fits(shape: Sequence[int], sizes: Sequence[tuple[int, int | None]]) -> bool:
+    """Whether ``shape``'s innermost axes are within ``sizes`` (see check_dimensions)."""
+    try:
+        check_dimensions(tuple(shape), tuple(sizes), "")
+    except InvalidInputError:
+        return False
+    return True
 
 
 def declared_inputs(
@@ -142,7 +162,12 @@ def declared_inputs(
     """The ``inputs`` list of a request to a model declaring ``specs``: each declared input
     exactly once, in any order; None when an input's shapes are too many to list."""
     tensors = [
-        declared_tensor(spec, listed_sizes, element_bounds(input_schema, spec.name))
+        declared_tensor(
+            spec,
+            listed_sizes,
+            element_bounds(input_schema, spec.name),
+            dimension_bounds(input_schema, spec.name),
+        )
         for spec in specs
     ]
     if not specs or any(tensor is None for tensor in tensors):

@@ -21,7 +21,12 @@ from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotF
 from servinglib.model import REQUEST_DEADLINE, Model
 from servinglib.registry import ModelRegistry, ReadyVersion
 from servinglib.routing import TrafficSplit
-from servinglib.wire.tensor_bounds import check_bounds, element_bounds
+from servinglib.wire.tensor_bounds import (
+    check_bounds,
+    check_dimensions,
+    dimension_bounds,
+    element_bounds,
+)
 from servinglib.wire.tensor_checks import check_declared_datatype
 
 __all__ = ["QUICK_S", "Lane", "RejectionListener", "to_key"]
@@ -74,6 +79,7 @@ class Lane:
             self._properties = frozenset(config.input_schema.get("properties", {}))
         self._input_schema = config.input_schema
         self._bounds: dict[str, dict[str, Any]] = {}
+        self._sizes: dict[str, tuple[tuple[int, int | None], ...]] = {}
         self._split = TrafficSplit(config.name, config.traffic) if config.traffic else None
         self._fallbacks_logged: set[str] = set()
         self._executors: dict[tuple[str, int], DynamicBatcher] = {}
@@ -200,12 +206,16 @@ class Lane:
             raise
 
     def _check_bounds(self, name: str, tensor: Any) -> None:
-        """The bounds the ``input_schema`` property of the same name gives the elements."""
+        """The bounds the ``input_schema`` property of the same name gives the elements
+        and the sizes of the axes."""
         bounds = self._bounds.get(name)
-        if bounds is None:
+        if bounds is None:  # sizes first: another thread reads them once bounds are there
+            self._sizes[name] = dimension_bounds(self._input_schema, name)
             bounds = self._bounds[name] = element_bounds(self._input_schema, name)
+        where = f"input {name!r} of model {self.name!r}"
         try:
-            check_bounds(tensor, bounds, f"input {name!r} of model {self.name!r}")
+            check_dimensions(tuple(tensor.shape), self._sizes[name], where)
+            check_bounds(tensor, bounds, where)
         except InvalidInputError as e:
             raise InvalidInputError(str(e), field=name) from None
 

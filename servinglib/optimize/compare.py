@@ -2,12 +2,17 @@
 
 Models are measured in rounds that take turns run by run (see :mod:`.measure`), so round
 *i* of one model and round *i* of another saw the same load. Model A is called *faster*
-than B only when both hold:
+than B only when all of these hold:
 
 * a one-sided sign test over the paired rounds: A's round p50 is below B's in at least
   ``k`` of ``n`` rounds, ``k`` the smallest count with probability ≤ 5 % under "equally
   fast" (5 of 5, 12 of 15; with fewer than 5 rounds nothing is distinguishable);
-* the medians differ by at least :data:`MIN_EFFECT` (3 %), a difference worth choosing on.
+* the medians differ by at least :data:`MIN_EFFECT` (3 %), a difference worth choosing on;
+* where the rounds of either spread by more than :data:`ROUND_SPREAD_WARNING` (25 %), the
+  machine was busy, and the medians must differ by more than that spread. A busy machine can
+  favour one model in every round: the digits example's static per-channel won 5 of 5 rounds
+  by 5 % while its rounds spread by 52 %, where quiet runs find it 1 to 4 % slower than
+  static; a 3x difference still shows through such noise.
 
 Otherwise the two are *indistinguishable*, and the search decides on batch invariance, then
 size, then loss, all of which are measured exactly.
@@ -42,17 +47,22 @@ class Comparison:
     rounds: int
     needed: int
     ratio: float
+    spread: float = 0.0  # the larger round spread of the two
 
     def describe(self, other: str) -> str:
         """E.g. ``faster than dynamic (won 5 of 5 rounds, 0.82x the time)``."""
         detail = f"won {self.wins} of {self.rounds} rounds, {self.ratio:.2f}x the time"
         if self.faster is None:
-            need = (
-                f"{self.needed} wins needed"
-                if self.needed <= self.rounds
-                else "too few rounds to tell"
-            )
-            return f"indistinguishable from {other} ({detail}; {need})"
+            if self.needed > self.rounds:
+                why = "too few rounds to tell"
+            elif self.spread > ROUND_SPREAD_WARNING:
+                why = (
+                    f"rounds spread by {self.spread:.0%}: a busy machine, only a larger "
+                    "difference counts"
+                )
+            else:
+                why = f"{self.needed} wins needed"
+            return f"indistinguishable from {other} ({detail}; {why})"
         return f"{'faster' if self.faster else 'slower'} than {other} ({detail})"
 
 
@@ -74,13 +84,16 @@ def compare_rounds(a: Sequence[float], b: Sequence[float]) -> Comparison:
     median_a, median_b = float(np.median(a)), float(np.median(b))
     ratio = median_a / median_b if median_b > 0 else 1.0
     needed = _needed(rounds)
+    spread = max(round_spread(a[:rounds]), round_spread(b[:rounds]))
+    # a busy machine's rounds: the difference must exceed their spread, either way round
+    busy = spread > ROUND_SPREAD_WARNING and max(ratio, 1 / ratio) - 1 <= spread
     faster: bool | None = None
-    if abs(1.0 - ratio) >= MIN_EFFECT:
+    if abs(1.0 - ratio) >= MIN_EFFECT and not busy:
         if wins >= needed and ratio < 1.0:
             faster = True
         elif losses >= needed and ratio > 1.0:
             faster = False
-    return Comparison(faster, wins, rounds, needed, ratio)
+    return Comparison(faster, wins, rounds, needed, ratio, spread)
 
 
 def round_spread(rounds: Sequence[float]) -> float:

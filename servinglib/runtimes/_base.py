@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from servinglib.errors import ModelLoadError
+from servinglib.errors import InvalidInputError, ModelLoadError
 from servinglib.model import Model
 from servinglib.runtimes._tensors import (
+    check_shared_dimensions,
     concat_batch,
     pad_sequences,
     split_batch,
@@ -30,6 +32,8 @@ class TensorModel(Model):
     """A model of named tensors in, named tensors out; subclasses implement :meth:`_run`."""
 
     _dtypes: dict[str, np.dtype[Any]]
+    # Named dimensions several input axes share (see shared_dimensions); none by default.
+    _shared_dimensions: Mapping[str, Sequence[tuple[str, int]]] = MappingProxyType({})
 
     @abstractmethod
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -50,7 +54,9 @@ class TensorModel(Model):
         """Convert and check one request's tensors before it joins a batch."""
         if type(features) is _Prepared:
             return features
-        return _Prepared(to_arrays(self.settings.name, features, self._dtypes, self.inputs))
+        arrays = to_arrays(self.settings.name, features, self._dtypes, self.inputs)
+        check_shared_dimensions(self.settings.name, arrays, self._shared_dimensions)
+        return _Prepared(arrays)
 
     def prepare_batch(self, batch: Sequence[Any]) -> list[Any]:
         """Convert and check many requests at once: one array per input for all of them.
@@ -59,7 +65,7 @@ class TensorModel(Model):
         requests that cannot be converted together are prepared one by one.
         """
         arrays = stack_arrays(self.settings.name, batch, self._dtypes, self.inputs)
-        if arrays is None:
+        if arrays is None or not _dimensions_agree(self, arrays):
             return [self.prepare(features) for features in batch]
         names = list(arrays)
         if len(names) == 1:
@@ -95,3 +101,12 @@ class TensorModel(Model):
         if padded is not None:
             outputs = trim_sequences(outputs, padded[1], padded[2])
         return list(outputs)
+
+
+def _dimensions_agree(model: TensorModel, stacked: dict[str, np.ndarray]) -> bool:
+    """Whether requests stacked on a new axis 0 agree on their shared dimensions."""
+    try:
+        check_shared_dimensions(model.settings.name, stacked, model._shared_dimensions, offset=1)
+    except InvalidInputError:
+        return False
+    return True

@@ -13,9 +13,11 @@ from servinglib.model import TensorSpec
 from servinglib.wire.tensor_checks import check_finite
 
 __all__ = [
+    "check_shared_dimensions",
     "concat_batch",
     "default_threads",
     "pad_sequences",
+    "shared_dimensions",
     "split_batch",
     "stack_arrays",
     "to_arrays",
@@ -74,6 +76,48 @@ def to_arrays(
         if spec.name in arrays:
             spec.check(model, arrays[spec.name].shape)
     return arrays
+
+
+def shared_dimensions(shapes: Mapping[str, Sequence[Any]]) -> dict[str, list[tuple[str, int]]]:
+    """The named dimensions more than one input axis shares: ``{name: [(input, axis), ...]}``.
+
+    A graph names its variable dimensions (``input_ids: [batch, sequence]``); axes of the same
+    name must have the same size, which a framework may only find out deep in the graph.
+    """
+    places: dict[str, list[tuple[str, int]]] = {}
+    for name, shape in shapes.items():
+        for axis, dim in enumerate(shape):
+            if isinstance(dim, str) and dim:
+                places.setdefault(dim, []).append((name, axis))
+    return {dim: axes for dim, axes in places.items() if len(axes) > 1}
+
+
+def check_shared_dimensions(
+    model: str,
+    arrays: Mapping[str, np.ndarray],
+    shared: Mapping[str, Sequence[tuple[str, int]]],
+    offset: int = 0,
+) -> None:
+    """Refuse inputs whose axes of the same named dimension differ in size.
+
+    ``offset`` shifts every axis (1 for arrays that stack many requests on a new axis 0).
+
+    Raises:
+        InvalidInputError: naming the dimension, the inputs and their sizes.
+    """
+    for dim, axes in shared.items():
+        sizes = {
+            (name, axis): arrays[name].shape[axis + offset]
+            for name, axis in axes
+            if name in arrays and arrays[name].ndim > axis + offset
+        }
+        if len(set(sizes.values())) > 1:
+            listed = ", ".join(f"{name!r} has {size}" for (name, _), size in sizes.items())
+            raise InvalidInputError(
+                f"inputs of model {model!r} share the dimension {dim!r}, but {listed}; "
+                "send them with equal sizes",
+                field=axes[0][0],
+            )
 
 
 def stack_arrays(

@@ -16,7 +16,7 @@ import numpy as np
 from servinglib.errors import ModelLoadError
 from servinglib.model import TensorSpec
 from servinglib.runtimes._base import TensorModel
-from servinglib.runtimes._tensors import default_threads
+from servinglib.runtimes._tensors import default_threads, shared_dimensions
 from servinglib.wire.datatypes import numpy_dtype
 
 __all__ = ["GRAPH_LEVELS", "ONNX_DATATYPES", "OnnxModel", "choose_providers", "session_options"]
@@ -158,6 +158,9 @@ class OnnxModel(TensorModel):
         except Exception as e:
             raise ModelLoadError(f"ONNX Runtime cannot load {artifact}: {e}") from e
         self.inputs = tuple(_spec(node) for node in self.session.get_inputs())
+        self._shared_dimensions = shared_dimensions(
+            {node.name: node.shape for node in self.session.get_inputs()}
+        )
         self.outputs = tuple(_spec(node) for node in self.session.get_outputs())
         self._dtypes = {
             node.name: numpy_dtype(ONNX_DATATYPES.get(node.type, "FP32"))

@@ -15,7 +15,12 @@ from servinglib._openapi_tensors import declared_inputs, element_schema
 from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
 from servinglib.serve.app import create_app_from_config
-from servinglib.wire.tensor_bounds import check_bounds, element_bounds
+from servinglib.wire.tensor_bounds import (
+    check_bounds,
+    check_dimensions,
+    dimension_bounds,
+    element_bounds,
+)
 from tests.integration.test_openapi_fuzzing import fuzz_service
 
 
@@ -113,6 +118,34 @@ def test_input_schema_bounds_reach_the_tensor_of_the_same_name() -> None:
     listed = declared_inputs([TensorSpec("text", "BYTES", (1,))], 1, schema)
     assert listed is not None
     assert listed["items"]["properties"]["data"]["items"]["maxLength"] == 3
+
+
+def test_input_schema_array_sizes_bound_the_tensor_axes_innermost_last() -> None:
+    ids = {"type": "integer"}
+    schema = {
+        "properties": {
+            "ids": {"minItems": 1, "items": {"minItems": 1, "maxItems": 4, "items": ids}},
+            "row": {"minItems": 3, "maxItems": 3, "items": {"type": "number"}},
+            "text": {"type": "string"},
+        }
+    }
+    assert dimension_bounds(schema, "ids") == ((1, None), (1, 4))
+    assert dimension_bounds(schema, "row") == ((3, 3),)
+    assert dimension_bounds(schema, "text") == ()
+    assert dimension_bounds(None, "ids") == ()
+    check_dimensions((2, 4), dimension_bounds(schema, "ids"), "ids")
+    for shape, axis in [((1, 5), 1), ((1, 0), 1), ((0, 2), 0)]:
+        with pytest.raises(InvalidInputError, match=f"on axis {axis}; its input_schema allows"):
+            check_dimensions(shape, dimension_bounds(schema, "ids"), "ids")
+    check_dimensions((1, 3), dimension_bounds(schema, "row"), "row")  # [3 numbers] as [1, 3]
+    with pytest.raises(InvalidInputError, match="size 4 on axis 1"):
+        check_dimensions((1, 4), dimension_bounds(schema, "row"), "row")
+    # The document lists only the sizes the schema allows, so a schema-valid tensor is served.
+    listed = declared_inputs([TensorSpec("ids", "INT64", (1, -1))], 8, schema)
+    assert listed is not None
+    shapes = [v["properties"]["shape"]["const"] for v in listed["items"]["oneOf"]]
+    assert shapes == [[1, 1], [1, 2], [1, 3], [1, 4]]
+    assert declared_inputs([TensorSpec("row", "FP32", (1, 4))], 8, schema) is None
     two = declared_inputs([TensorSpec("a", "FP32", (1,)), TensorSpec("b", "INT8", (2,))], 1)
     assert two is not None
     body = [

@@ -311,6 +311,8 @@ def test_cli_runs_a_user_metric(
         )  # fmt: skip
     finally:
         sys.path.remove(str(tmp_path))
+        # Another test writes its own eta_metrics.py: never reuse this one.
+        sys.modules.pop("eta_metrics", None)
     out = capsys.readouterr().out
     assert code == 0
     assert "metric eta_metrics:late_share: the user metric named by --metric" in out

@@ -307,8 +307,75 @@ def test_prepare_batch_of_different_lengths_prepares_each_alone(tmp_path: Path) 
     requests = [
         {"tokens": np.array([[1.0, 2.0]]), "mask": np.array([[1.0, 1.0]])},
         {"tokens": np.array([[3.0, 6.0, 9.0]]), "mask": np.array([[1.0, 1.0, 1.0]])},
-        {"tokens": [[3.0, 6.0, 9.0]], "mask": [[1.0, 1.0]]},  # numpy refuses to stack these
+        {"tokens": [[3.0, 6.0, 9.0, 1.0]], "mask": [[1.0, 1.0, 1.0, 0.0]]},
     ]
     prepared = model.prepare_batch(requests)
-    assert [p["tokens"].shape for p in prepared] == [(1, 2), (1, 3), (1, 3)]
-    assert [p["mask"].shape for p in prepared] == [(1, 2), (1, 3), (1, 2)]
+    assert [p["tokens"].shape for p in prepared] == [(1, 2), (1, 3), (1, 4)]
+    assert [p["mask"].shape for p in prepared] == [(1, 2), (1, 3), (1, 4)]
+
+
+@pytest.mark.parametrize(
+    ("bad", "dimension"),
+    [
+        ({"tokens": [[1.0, 2.0]], "mask": [[1.0, 1.0, 1.0]]}, "sequence"),
+        ({"tokens": [[1.0, 2.0], [3.0, 4.0]], "mask": [[1.0, 1.0]]}, "batch"),
+    ],
+)
+def test_inputs_sharing_a_named_dimension_must_agree_on_its_size(
+    tmp_path: Path, bad: dict[str, Any], dimension: str
+) -> None:
+    """tokens and mask are both [batch, sequence]: ONNX Runtime would fail deep in the graph
+    (a 500) on sizes that differ, or, once a batch pads them, answer garbage."""
+    from servinglib.errors import InvalidInputError
+
+    model = _masked_mean_record(tmp_path, ", pad_inputs: {tokens: 0, mask: 0}").instance
+    message = f"share the dimension '{dimension}'"
+    with pytest.raises(InvalidInputError, match=message):
+        model.prepare(bad)
+    good = {"tokens": [[1.0, 2.0]], "mask": [[1.0, 1.0]]}
+    with pytest.raises(InvalidInputError, match=message):
+        model.prepare_batch([good, bad, bad])  # the same bad shapes stack: still refused
+    client = create_app_from_config(tmp_path / "servinglib.yaml").test_client()
+    answer = client.post("/infer", json={"model_id": "pool", "features": bad})
+    assert answer.status_code == 400, answer.get_data(as_text=True)
+    assert message in answer.get_json()["error"]
+    tensors = [
+        {"name": name, "datatype": "FP32", "shape": list(np.shape(value)), "data": value}
+        for name, value in bad.items()
+    ]
+    answer = client.post("/v2/models/pool/infer", json={"inputs": tensors})
+    assert answer.status_code == 400, answer.get_data(as_text=True)
+    assert message in answer.get_json()["error"]
+    answer = client.post("/infer", json={"model_id": "pool", "features": good})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+
+
+def test_input_schema_array_sizes_bound_the_tensors_on_both_protocols(tmp_path: Path) -> None:
+    """A graph that cannot run on empty or overlong sequences (BERT's 512 positions): the
+    input_schema's minItems/maxItems refuse them on Open Inference as on /infer."""
+    _masked_mean_record(tmp_path, "")
+    config = tmp_path / "servinglib.yaml"
+    rows = "{type: array, minItems: 1, items: {type: array, minItems: 1, maxItems: 3, items: {type: number}}}"
+    config.write_text(
+        config.read_text()
+        + f"    input_schema:\n      type: object\n      properties: {{tokens: {rows}, mask: {rows}}}\n"
+    )
+    client = create_app_from_config(config).test_client()
+
+    def v2(length: int) -> Any:
+        tensors = [
+            {"name": name, "datatype": "FP32", "shape": [1, length], "data": [1.0] * length}
+            for name in ("tokens", "mask")
+        ]
+        return client.post("/v2/models/pool/infer", json={"inputs": tensors})
+
+    assert v2(3).status_code == 200
+    for length, allowed in [(4, "1 to 3"), (0, "1 to 3")]:
+        answer = v2(length)
+        assert answer.status_code == 400
+        error = answer.get_json()["error"]
+        assert f"input 'tokens' of model 'pool' has size {length} on axis 1" in error
+        assert f"its input_schema allows {allowed}" in error
+    features = {"tokens": [[1.0] * 4], "mask": [[1.0] * 4]}
+    answer = client.post("/infer", json={"model_id": "pool", "features": features})
+    assert answer.status_code == 400

@@ -282,9 +282,33 @@ def test_bad_requests_get_a_4xx_naming_the_problem(server: LiveServer) -> None:
     url = f"{server.url}/infer"
     missing = requests.post(url, json={"model_id": "ticket-router", "features": {}}, timeout=30)
     assert missing.status_code == 400
-    assert "the request has no 'text'" in missing.json()["error"]
+    assert "features: 'text' is a required property" in missing.json()["error"]
     number = requests.post(
         url, json={"model_id": "ticket-router", "features": {"text": 3}}, timeout=30
     )
     assert number.status_code == 400
-    assert "text must be a string" in number.json()["error"]
+    assert "features.text: 3 is not of type 'string'" in number.json()["error"]
+    # The embed step alone: ids outside the vocabulary, and a mask of another length
+    # (ONNX Runtime would fail inside the graph on either).
+    ids = {"input_ids": [[101, 40000, 102]], "attention_mask": [[1, 1, 1]]}
+    answer = requests.post(url, json={"model_id": "embed", "features": ids}, timeout=30)
+    assert answer.status_code == 400
+    assert "40000 is greater than the maximum of 30521" in answer.json()["error"]
+    tensors = [
+        {"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "data": [101, 102]},
+        {"name": "attention_mask", "datatype": "INT64", "shape": [1, 3], "data": [1, 1, 1]},
+    ]
+    answer = requests.post(
+        f"{server.url}/v2/models/embed/infer", json={"inputs": tensors}, timeout=30
+    )
+    assert answer.status_code == 400
+    assert "share the dimension 'sequence'" in answer.json()["error"]
+    tensors = [
+        {"name": name, "datatype": "INT64", "shape": [1, 600], "data": [101] * 600}
+        for name in ("input_ids", "attention_mask")
+    ]
+    answer = requests.post(
+        f"{server.url}/v2/models/embed/infer", json={"inputs": tensors}, timeout=30
+    )
+    assert answer.status_code == 400  # BERT has 512 positions
+    assert "has size 600 on axis 1; its input_schema allows 1 to 512" in answer.json()["error"]

@@ -27,7 +27,7 @@ DIMENSIONS = 384
 class TicketClassifier(servinglib.Model):
     """Answers ``{"embedding": [384 floats]}`` with ``{"label", "confidence"}``."""
 
-    inputs = (TensorSpec("embedding", "FP32", (-1, DIMENSIONS)),)
+    inputs = (TensorSpec("embedding", "FP32", (1, DIMENSIONS)),)
     outputs = (TensorSpec("label", "BYTES", (1,)), TensorSpec("confidence", "FP32", (1,)))
 
     def load(self, path: Path) -> None:

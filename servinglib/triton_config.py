@@ -15,12 +15,13 @@ dimension when ``max_batch_size`` > 0). So the document must say what the server
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servinglib.batch_rows import splits_rows
 from servinglib.config import BatchPolicy
 from servinglib.model import TensorSpec
+from servinglib.wire.tensor_bounds import dimension_bounds
 
 __all__ = ["tensor_metadata", "triton_model_config"]
 
@@ -50,8 +51,13 @@ def triton_model_config(
     batching: BatchPolicy | None,
     versions: list[str],
     default_version: str,
+    input_schema: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Triton's ``model_config`` JSON for one model, true to its runtime and batching."""
+    """Triton's ``model_config`` JSON for one model, true to its runtime and batching.
+
+    ``max_batch_size`` is the batching policy's, or fewer when ``input_schema`` bounds the
+    rows one request may carry (the outermost ``maxItems`` of a batch-first input).
+    """
     runtime = getattr(instance, "platform", "")
     platform, backend = _RUNTIMES.get(runtime if isinstance(runtime, str) else "", ("", "python"))
     split = splits_rows(inputs, batching)
@@ -72,7 +78,7 @@ def triton_model_config(
         "name": name,
         "platform": platform,
         "backend": backend,
-        "max_batch_size": 0 if batching is None else batching.max_batch_size,
+        "max_batch_size": 0 if batching is None else _max_rows(batching, inputs, input_schema),
         "input": [tensor(spec) for spec in inputs],
         "output": [tensor(spec) for spec in outputs],
         "version_policy": policy,
@@ -87,3 +93,17 @@ def triton_model_config(
             "default_queue_policy": {"max_queue_size": batching.max_queue_size},
         }
     return config
+
+
+def _max_rows(
+    batching: BatchPolicy, inputs: Sequence[TensorSpec], input_schema: Mapping[str, Any] | None
+) -> int:
+    """The rows one request may carry: the batch size, or an input schema's tighter bound."""
+    limit = batching.max_batch_size
+    for spec in inputs:
+        sizes = dimension_bounds(input_schema, spec.name)
+        if spec.shape and spec.shape[0] == -1 and len(sizes) == len(spec.shape):
+            high = sizes[0][1]
+            if high is not None:
+                limit = min(limit, high)
+    return limit

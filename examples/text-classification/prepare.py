@@ -297,7 +297,8 @@ def write_test_data() -> None:
         [
             {
                 "name": case["name"],
-                "input": embed.tokens(case["input"]["text"]),
+                # The attention mask is computed by the server (runtime_options.mask_inputs).
+                "input": {"input_ids": embed.tokens(case["input"]["text"])["input_ids"]},
                 "expected": {"sentence_embedding": [case["expected"]["embedding"]]},
                 "tolerance": case["tolerance"],
             }
@@ -325,7 +326,10 @@ def write_test_data() -> None:
                 {
                     "name": f"a {label} ticket",
                     "input": features,
-                    "expected": {"label": label, "confidence": round(answer["confidence"], 4)},
+                    "expected": {
+                        "label": label,
+                        "confidence": round(float(answer["confidence"]), 4),
+                    },
                     "tolerance": tolerance,
                 }
                 for label, features, answer in zip(SELF_TEST_TICKETS, inputs, answers, strict=True)

@@ -99,6 +99,7 @@ def model_config(model: str, version: str | None = None) -> Response:
         service.registry.model_config(model).batching,
         [r.version for r in service.registry.records(model)],
         service.registry.default_version(model),
+        service.registry.model_config(model).input_schema,
     )
     scheduling = getattr(record.instance, "ensemble_scheduling", None)
     if callable(scheduling):  # Triton's tools read a composed model as an ensemble

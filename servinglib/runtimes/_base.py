@@ -34,6 +34,8 @@ class TensorModel(Model):
     _dtypes: dict[str, np.dtype[Any]]
     # Named dimensions several input axes share (see shared_dimensions); none by default.
     _shared_dimensions: Mapping[str, Sequence[tuple[str, int]]] = MappingProxyType({})
+    # Inputs the runtime computes (runtime_options.mask_inputs): mask -> (input, dtype).
+    _masks: Mapping[str, tuple[str, np.dtype[Any]]] = MappingProxyType({})
 
     @abstractmethod
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -50,11 +52,43 @@ class TensorModel(Model):
                 f"{[spec.name for spec in self.inputs]}"
             )
 
+    def _take_masks(self) -> None:
+        """Make the inputs ``runtime_options.mask_inputs`` names computed, not sent.
+
+        ``{attention_mask: input_ids}``: clients send ``input_ids`` alone and the mask is 1
+        over every element they sent (0 where a batch pads, with ``pad_inputs``), so the
+        two can never disagree. Call after ``inputs`` and ``_dtypes`` are known.
+
+        Raises:
+            ModelLoadError: a name is not an input, or a mask is computed from another mask.
+        """
+        masks = dict(self.settings.runtime_options.get("mask_inputs") or {})
+        names = [spec.name for spec in self.inputs]
+        wrong = sorted(
+            f"{mask}: {source}"
+            for mask, source in masks.items()
+            if mask not in names or source not in names or source in masks
+        )
+        if wrong:
+            raise ModelLoadError(
+                f"runtime_options.mask_inputs {wrong} of model {self.settings.name!r}: each "
+                f"entry is `mask input: the input it masks`, both inputs of {names}, and a "
+                "mask is not computed from another mask"
+            )
+        self._masks = {mask: (source, self._dtypes.pop(mask)) for mask, source in masks.items()}
+        self.inputs = tuple(spec for spec in self.inputs if spec.name not in masks)
+
+    def _add_masks(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for mask, (source, dtype) in self._masks.items():
+            arrays[mask] = np.ones(arrays[source].shape, dtype=dtype)
+        return arrays
+
     def prepare(self, features: Any) -> dict[str, np.ndarray]:
         """Convert and check one request's tensors before it joins a batch."""
         if type(features) is _Prepared:
             return features
         arrays = to_arrays(self.settings.name, features, self._dtypes, self.inputs)
+        self._add_masks(arrays)
         check_shared_dimensions(self.settings.name, arrays, self._shared_dimensions)
         return _Prepared(arrays)
 
@@ -65,6 +99,8 @@ class TensorModel(Model):
         requests that cannot be converted together are prepared one by one.
         """
         arrays = stack_arrays(self.settings.name, batch, self._dtypes, self.inputs)
+        if arrays is not None:
+            self._add_masks(arrays)
         if arrays is None or not _dimensions_agree(self, arrays):
             return [self.prepare(features) for features in batch]
         names = list(arrays)

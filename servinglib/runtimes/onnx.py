@@ -168,6 +168,7 @@ class OnnxModel(TensorModel):
         }
         self._output_names = [node.name for node in self.session.get_outputs()]
         self._check_pad_inputs()
+        self._take_masks()
 
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = self.session.run(self._output_names, arrays)

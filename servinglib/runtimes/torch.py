@@ -66,6 +66,7 @@ class TorchModel(TensorModel):
         }
         self._output_names = [spec.name for spec in self.outputs]
         self._check_pad_inputs()
+        self._take_masks()
 
     def _run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self._torch

@@ -179,26 +179,19 @@ def test_the_pipeline_and_its_steps_under_a_concurrency_sweep(
     assert "Concurrency: 4, throughput:" in out, out
 
 
-def test_the_batched_embed_step_with_b4(pipeline_server: LiveServer, tmp_path: Path) -> None:
-    """Token ids from the example's tokenizer: random INT64s are not in the vocabulary."""
+def test_the_batched_embed_step_takes_token_ids_alone(
+    pipeline_server: LiveServer, tmp_path: Path
+) -> None:
+    """Token ids from the example's tokenizer (random INT64s are not in the vocabulary); the
+    server computes the mask, and one text per request is all the config allows."""
     tokenizer = import_file(TEXT_CLASSIFICATION / "models" / "tokenize" / "model.py")
     model = tokenizer.TextTokenizer()
     model.load(TEXT_CLASSIFICATION / "models" / "tokenize" / "1")
     tokens = model.predict({"text": ["I was charged twice for my order"]})
     ids = [int(i) for i in tokens["input_ids"][0]]
-    rows = {"input_ids": ids, "attention_mask": [1] * len(ids)}
-    data = {"data": [{k: {"content": v, "shape": [len(v)]} for k, v in rows.items()}]}
+    data = {"data": [{"input_ids": {"content": ids, "shape": [len(ids)]}}]}
     path = tmp_path / "embed.json"
     path.write_text(json.dumps(data))
-    out = _perf(
-        pipeline_server,
-        "embed",
-        "-b",
-        "4",
-        "--input-data",
-        str(path),
-        "--concurrency-range",
-        "1:8:2",
-    )
+    out = _perf(pipeline_server, "embed", "--input-data", str(path), "--concurrency-range", "1:8:2")
     for concurrency in (1, 3, 5, 7):
         assert f"Concurrency: {concurrency}, throughput:" in out, out

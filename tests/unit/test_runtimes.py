@@ -11,7 +11,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from servinglib.config import load_config
-from servinglib.errors import ModelLoadError
+from servinglib.errors import InvalidInputError, ModelLoadError
 from servinglib.registry import ModelRegistry, VersionState
 from servinglib.runtimes.onnx import choose_providers
 from servinglib.serve.app import create_app_from_config
@@ -200,7 +200,9 @@ def _masked_mean_record(tmp_path: Path, pads: str) -> Any:
     version = tmp_path / "models" / "pool" / "1"
     version.mkdir(parents=True)
     write_masked_mean_onnx(version / "model.onnx")
-    case = {"tokens": [[1.0, 3.0]], "mask": [[1.0, 1.0]]}
+    case: dict[str, Any] = {"tokens": [[1.0, 3.0]]}
+    if "mask_inputs" not in pads:
+        case["mask"] = [[1.0, 1.0]]
     expected_output = {"pooled": [2.0], "per_token": [[2.0, 6.0]]}
     (version / "test_data.json").write_text(
         json.dumps({"cases": [{"input": case, "expected": expected_output}]})
@@ -379,3 +381,31 @@ def test_input_schema_array_sizes_bound_the_tensors_on_both_protocols(tmp_path: 
     features = {"tokens": [[1.0] * 4], "mask": [[1.0] * 4]}
     answer = client.post("/infer", json={"model_id": "pool", "features": features})
     assert answer.status_code == 400
+
+
+MASKED = ", pad_inputs: {tokens: 0, mask: 0}, mask_inputs: {mask: tokens}"
+
+
+def test_a_computed_mask_is_not_sent_and_matches_one_sent_by_hand(tmp_path: Path) -> None:
+    record = _masked_mean_record(tmp_path, MASKED)
+    assert record.state is VersionState.READY, record.reason
+    model = record.instance
+    assert [spec.name for spec in model.inputs] == ["tokens"]  # metadata, Triton config, OpenAPI
+    requests = [{"tokens": [[1.0, 2.0]]}, {"tokens": [[4.0, 4.0, 4.0, 8.0]]}, {"tokens": [[3.0]]}]
+    outputs = model.predict_batch([model.prepare(r) for r in requests])
+    assert [o["pooled"].tolist() for o in outputs] == [[1.5], [5.0], [3.0]]
+    stacked = model.prepare_batch([{"tokens": [[1.0, 2.0]]}, {"tokens": [[5.0, 7.0]]}])
+    assert [p["mask"].tolist() for p in stacked] == [[[1.0, 1.0]], [[1.0, 1.0]]]
+    assert [o["pooled"].tolist() for o in model.predict_batch(stacked)] == [[1.5], [6.0]]
+
+
+def test_a_client_cannot_send_a_computed_mask(tmp_path: Path) -> None:
+    model = _masked_mean_record(tmp_path, MASKED).instance
+    with pytest.raises(InvalidInputError, match="unknown \\['mask'\\]"):
+        model.prepare({"tokens": [[1.0, 2.0]], "mask": [[1.0]]})
+
+
+def test_mask_inputs_naming_what_the_graph_lacks_fails_the_version(tmp_path: Path) -> None:
+    record = _masked_mean_record(tmp_path, ", mask_inputs: {attention_mask: tokens}")
+    assert record.state is VersionState.FAILED
+    assert "mask_inputs ['attention_mask: tokens']" in record.reason

@@ -41,6 +41,23 @@ def test_batched_runtime_model_drops_the_batch_dimension() -> None:
     assert config["version_policy"] == {"specific": {"versions": [1, 2]}}
 
 
+def test_an_input_schema_that_bounds_the_rows_bounds_max_batch_size() -> None:
+    """One text per request (the outermost array holds one row): perf_analyzer must not send 4."""
+    policy = BatchPolicy(max_batch_size=32)
+    ids = (TensorSpec("input_ids", "INT64", (-1, -1)),)
+    one_row = {
+        "properties": {
+            "input_ids": {"type": "array", "maxItems": 1, "items": {"type": "array", "items": {}}}
+        }
+    }
+    config = triton_model_config("embed", OnnxLike(), ids, ONNX_OUT, policy, ["1"], "1", one_row)
+    assert config["max_batch_size"] == 1
+    assert config["input"][0]["dims"] == [-1]
+    loose = {"properties": {"input_ids": {"type": "array", "items": {"type": "array"}}}}
+    config = triton_model_config("embed", OnnxLike(), ids, ONNX_OUT, policy, ["1"], "1", loose)
+    assert config["max_batch_size"] == 32
+
+
 def test_unbatched_model_keeps_full_shapes_and_no_batching_block() -> None:
     config = triton_model_config("m", TorchLike(), ONNX_IN, ONNX_OUT, None, ["a"], "a")
     assert (config["platform"], config["backend"]) == ("pytorch_libtorch", "pytorch")

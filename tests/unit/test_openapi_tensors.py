@@ -172,3 +172,20 @@ def test_float_bounds_are_what_decodes_within_them(datatype: str, bound: float |
         assert float(dtype.type(top)) <= high
         assert not float(dtype.type(np.nextafter(top, np.inf))) <= high
         assert float(dtype.type(schema["minimum"])) >= -high
+
+
+def test_the_document_and_the_server_agree_on_the_request_id(declared: FlaskClient) -> None:
+    """An empty id is no id (perf_analyzer sends it); a control character is refused."""
+    schema = declared.get("/openapi.json").get_json()["components"]["schemas"]["V2InferRequest"]
+    ids = schema["properties"]["id"]
+    for value, accepted in (("", True), (None, True), ("req-1", True), ("a\nb", False)):
+        try:
+            jsonschema.validate(value, ids)
+            valid = True
+        except jsonschema.ValidationError:
+            valid = False
+        assert valid is accepted, value
+    tensor = {"name": "x", "shape": [], "datatype": "FP64", "data": [1.0]}
+    for value, status in (("", 200), ("a\nb", 400)):
+        answer = declared.post("/v2/models/scorer/infer", json={"id": value, "inputs": [tensor]})
+        assert answer.status_code == status, answer.get_data(as_text=True)

@@ -121,14 +121,15 @@ def declared_tensor(
     """The exact schema of ``spec`` as a JSON tensor (elements within ``bounds``, axes
     within ``sizes``, see :mod:`servinglib.wire.tensor_bounds`), or None when it has several
     ``-1`` dimensions (too many shapes to list) or no shape its sizes allow."""
-    free = [i for i, dimension in enumerate(spec.shape) if dimension == -1]
+    shape = _pinned(spec.shape, sizes)
+    free = [i for i, dimension in enumerate(shape) if dimension == -1]
     if len(free) > 1:
         return None
     shapes = (
-        [spec.shape]
+        [shape]
         if not free
         else [
-            tuple(size if dimension == -1 else dimension for dimension in spec.shape)
+            tuple(size if dimension == -1 else dimension for dimension in shape)
             for size in range(1, listed_sizes + 1)
         ]
     )
@@ -143,6 +144,17 @@ def declared_tensor(
         "server.max_tensor_elements",
         "oneOf": variants,
     }
+
+
+def _pinned(shape: Sequence[int], sizes: Sequence[tuple[int, int | None]]) -> tuple[int, ...]:
+    """``shape`` with each ``-1`` the sizes allow one value for (1 to 1 rows) set to it."""
+    pinned = list(shape)
+    offset = len(shape) - len(sizes)  # sizes bound the innermost axes
+    for level, (low, high) in enumerate(sizes):
+        axis = offset + level
+        if 0 <= axis < len(pinned) and pinned[axis] == -1 and low == high and low > 0:
+            pinned[axis] = low
+    return tuple(pinned)
 
 
 def _fits(shape: Sequence[int], sizes: Sequence[tuple[int, int | None]]) -> bool:

@@ -96,6 +96,22 @@ def test_one_free_dimension_lists_sizes_several_are_left_generic() -> None:
     assert [v["properties"]["data"]["maxItems"] for v in variants] == [3, 6]
     assert declared_inputs([TensorSpec("p", "FP32", (-1, -1))], listed_sizes=2) is None
     assert declared_inputs([], listed_sizes=2) is None
+    # an input schema that allows one row pins the first -1: one free dimension is left
+    one_row = {
+        "properties": {
+            "ids": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 1,
+                "items": {"type": "array", "items": {"type": "integer"}},
+            }
+        }
+    }
+    ids = [TensorSpec("ids", "INT64", (-1, -1))]
+    listed = declared_inputs(ids, listed_sizes=2, input_schema=one_row)
+    assert listed is not None
+    shapes = [v["properties"]["shape"]["const"] for v in listed["items"]["oneOf"]]
+    assert shapes == [[1, 1], [1, 2]]
 
 
 def test_input_schema_bounds_reach_the_tensor_of_the_same_name() -> None:

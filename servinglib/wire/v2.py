@@ -265,9 +265,19 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
     integer = datatype.startswith(("INT", "UINT"))
     allowed = _INTEGER if integer else _NUMBER
     if not allowed.issuperset(map(type, flat)):  # C loops: this runs on the event loop
-        bad = next(v for v in flat if type(v) not in allowed)
-        kind = "integers" if integer else "numbers"
-        raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
+        # An integer written with a fraction of zero (2.0) is an integer, as JSON Schema
+        # (and so the OpenAPI document) counts it.
+        bad = next(
+            (
+                v
+                for v in flat
+                if type(v) not in allowed and not (integer and type(v) is float and v.is_integer())
+            ),
+            None,
+        )
+        if bad is not None:
+            kind = "integers" if integer else "numbers"
+            raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
     dtype = numpy_dtype(datatype)  # BF16 is served as FP32
     if integer and flat:
         lowest, highest = _integer_range(dtype)

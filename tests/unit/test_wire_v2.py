@@ -365,3 +365,15 @@ def test_an_empty_id_counts_as_none_as_triton_treats_it() -> None:
     body = {"id": "", "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
     decoded = decode_request(json.dumps(body).encode(), None, max_elements=10, max_depth=8)
     assert decoded.id is None
+
+
+def test_integer_data_written_with_a_zero_fraction_is_an_integer() -> None:
+    """JSON Schema (and so the OpenAPI document) counts 2.0 as an integer; so does the server."""
+    body = {"inputs": [{"name": "ids", "shape": [2], "datatype": "INT64", "data": [101, 2.0]}]}
+    decoded = decode_request(json.dumps(body).encode(), None)
+    assert decoded.inputs["ids"].tolist() == [101, 2]
+    assert decoded.inputs["ids"].dtype == np.int64
+    for bad, message in ((2.5, "must be integers"), (1e300, "out of range for INT64")):
+        body["inputs"][0]["data"] = [101, bad]
+        with pytest.raises(InvalidInputError, match=message):
+            decode_request(json.dumps(body).encode(), None)

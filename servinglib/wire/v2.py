@@ -267,17 +267,14 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
     if not allowed.issuperset(map(type, flat)):  # C loops: this runs on the event loop
         # An integer written with a fraction of zero (2.0) is an integer, as JSON Schema
         # (and so the OpenAPI document) counts it.
-        bad = next(
-            (
-                v
-                for v in flat
-                if type(v) not in allowed and not (integer and type(v) is float and v.is_integer())
-            ),
-            None,
-        )
-        if bad is not None:
+        wrong = [
+            v
+            for v in flat
+            if type(v) not in allowed and not (integer and type(v) is float and v.is_integer())
+        ]
+        if wrong:
             kind = "integers" if integer else "numbers"
-            raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {bad!r}")
+            raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {wrong[0]!r}")
     dtype = numpy_dtype(datatype)  # BF16 is served as FP32
     if integer and flat:
         lowest, highest = _integer_range(dtype)

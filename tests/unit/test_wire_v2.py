@@ -373,7 +373,8 @@ def test_integer_data_written_with_a_zero_fraction_is_an_integer() -> None:
     decoded = decode_request(json.dumps(body).encode(), None)
     assert decoded.inputs["ids"].tolist() == [101, 2]
     assert decoded.inputs["ids"].dtype == np.int64
-    for bad, message in ((2.5, "must be integers"), (1e300, "out of range for INT64")):
+    cases = ((2.5, "must be integers"), (None, "must be integers"), (1e300, "out of range"))
+    for bad, message in cases:
         body["inputs"][0]["data"] = [101, bad]
         with pytest.raises(InvalidInputError, match=message):
             decode_request(json.dumps(body).encode(), None)

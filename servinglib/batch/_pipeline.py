@@ -27,6 +27,12 @@ from servinglib.errors import ServinglibError
 __all__ = ["CHUNK_ROWS", "UnitFailedError", "prefetch", "score_unit", "score_units"]
 
 CHUNK_ROWS = 8192  # rows read, validated, laid out and written at a time
+# Scored chunks the writer may fall behind by. Its thread needs the GIL twice per chunk
+# (woken by the queue, back from encoding) and waits up to the interpreter's switch
+# interval (5 ms) each time for the scoring thread to yield it: with room for 2 chunks
+# (25 ms of scoring each), those waits filled the queue and stalled scoring ~15 % of the
+# time. An output chunk is small (tens of bytes a row), so 8 cost well under a MiB.
+SCORED_DEPTH = 8
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -145,7 +151,7 @@ def score_units(
         finally:
             batches.close()
 
-    scored = prefetch(score(), name="batch-score")
+    scored = prefetch(score(), depth=SCORED_DEPTH, name="batch-score")
     schema = scorer.layout.schema()
     try:
         for unit, items in itertools.groupby(scored, key=lambda item: item[0]):

@@ -130,7 +130,9 @@ def non_finite_rows(array: pa.Array) -> np.ndarray:
             values = np.asarray(array.to_numpy(zero_copy_only=False))
             # NaN and Infinity carry into the sum: a finite sum (the common case) clears
             # every row in one pass, without a mask; an overflowing one is only re-checked
-            if np.isfinite(values.sum()):
+            with np.errstate(over="ignore", invalid="ignore"):
+                total = values.sum()
+            if np.isfinite(total):
                 return np.zeros(len(array), dtype=bool)
             finite: np.ndarray = np.isfinite(values)
             return ~finite

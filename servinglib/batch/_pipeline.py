@@ -102,6 +102,16 @@ def prefetch(
         thread.join()
 
 
+def _inline(items: Iterator[T]) -> Generator[T, None, None]:
+    """``items`` in the calling thread, with :func:`prefetch`'s ``close`` semantics."""
+    try:
+        yield from items
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
 class UnitFailedError(Exception):
     """Reading, scoring or writing one work unit failed; ``__cause__`` says why."""
 
@@ -118,13 +128,18 @@ def score_units(
     batch_size: int,
     progress: ProgressCallback,
     done: Callable[[WorkUnit, PartStats], None] = lambda unit, stats: None,
+    *,
+    overlap: bool = True,
 ) -> None:
     """Score ``units`` in order, writing one part each; ``done(unit, stats)`` after each part.
 
-    Three stages run side by side: a thread reads and decodes chunks (taking the next unit
-    from ``units`` once it has read the last one: a worker's queue is asked only then), a
-    thread scores them (the only one that calls the model), and this thread writes the
-    parts. ``progress(rows, errors)`` runs after each scored chunk.
+    With ``overlap``, three stages run side by side: a thread reads and decodes chunks
+    (taking the next unit from ``units`` once it has read the last one: a worker's queue is
+    asked only then), a thread scores them (the only one that calls the model), and this
+    thread writes the parts. Without it, this thread reads, scores and writes in turn: for
+    workers that already occupy every core, where overlapping gains no core and the
+    hand-offs between threads cost CPU. ``progress(rows, errors)`` runs after each scored
+    chunk.
 
     Raises:
         UnitFailedError: naming the unit whose part could not be written, from the error
@@ -139,7 +154,7 @@ def score_units(
                 yield unit, batch
 
     def score() -> Iterator[tuple[WorkUnit, pa.Table | None]]:
-        batches = prefetch(read(), name="batch-read")
+        batches = prefetch(read(), name="batch-read") if overlap else _inline(read())
         try:
             for unit, batch in batches:
                 if batch is None:
@@ -151,7 +166,9 @@ def score_units(
         finally:
             batches.close()
 
-    scored = prefetch(score(), depth=SCORED_DEPTH, name="batch-score")
+    scored = (
+        prefetch(score(), depth=SCORED_DEPTH, name="batch-score") if overlap else _inline(score())
+    )
     schema = scorer.layout.schema()
     try:
         for unit, items in itertools.groupby(scored, key=lambda item: item[0]):

@@ -4,7 +4,9 @@ With one worker the job runs in the calling process, on the version it already l
 self-tested. With more, each worker process (spawned, not forked: ONNX Runtime and torch
 are not fork-safe) loads the version and runs its self-tests once, then takes whole work
 units from a queue and writes their parts itself; the parent only hands out units and
-counts progress. A worker whose parent died (SIGKILL) stops at its next batch.
+counts progress. A worker whose parent died (SIGKILL) stops at its next batch. Workers
+overlap reading and writing with scoring only while a core is left over
+(:func:`overlaps_io`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ answers in a few microseconds per row, Parquet I/O in the same thread is about a
 the job. :func:`prefetch` moves an iterator into a thread of its own, a few items ahead of
 its consumer; memory stays bounded by that depth. :func:`score_units` runs one such
 pipeline over a stream of work units, so reading the next unit starts while the last
-chunks of the previous one are scored and written.
+chunks of the previous one are scored and written; or, for workers that already occupy
+every core, the same stages in turn in one thread.
 """
 
 from __future__ import annotations

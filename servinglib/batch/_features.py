@@ -13,7 +13,6 @@ Infinity, nesting deeper than ``server.max_json_depth``, JSON text longer than
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +39,8 @@ class FeatureSpec:
 
 @dataclass
 class FeatureRows:
-    """The ids, features and per-row refusals of one record batch."""
+    """The features and per-row refusals of one record batch (ids stay in the Arrow column)."""
 
-    ids: list[Any]
     features: list[Any]
     errors: list[str | None]
     columns: dict[str, pa.Array]  # the feature columns, for columnar validation
@@ -129,7 +127,14 @@ def non_finite_rows(array: pa.Array) -> np.ndarray:
         array = array.combine_chunks()
     if pa.types.is_floating(datatype):
         if not array.null_count:  # NumPy on the values themselves: no mask to convert
-            finite: np.ndarray = np.isfinite(np.asarray(array.to_numpy(zero_copy_only=False)))
+            values = np.asarray(array.to_numpy(zero_copy_only=False))
+            # NaN and Infinity carry into the sum: a finite sum (the common case) clears
+            # every row in one pass, without a mask; an overflowing one is only re-checked
+            with np.errstate(over="ignore", invalid="ignore"):
+                total = values.sum()
+            if np.isfinite(total):
+                return np.zeros(len(array), dtype=bool)
+            finite: np.ndarray = np.isfinite(values)
             return ~finite
         flags = pc.is_finite(array).fill_null(True)
         return ~np.asarray(flags.to_numpy(zero_copy_only=False), dtype=bool)
@@ -149,10 +154,9 @@ def non_finite_rows(array: pa.Array) -> np.ndarray:
 
 
 def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
-    """Convert one record batch into ids, features and the rows refused under the JSON rules."""
-    ids = batch.column(spec.id_column).to_pylist() if spec.id_column else []
+    """Convert one record batch into features and the rows refused under the JSON rules."""
     if spec.features_column is not None:
-        return _from_json_column(batch, spec, ids)
+        return _from_json_column(batch, spec)
     names = [n for n in batch.schema.names if n != spec.id_column]
     columns = {name: batch.column(name) for name in names}
     tensors = _tensor_rows(columns) if spec.numpy_lists else {}
@@ -173,7 +177,7 @@ def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
                 f"invalid input: features.{name} holds NaN or Infinity, which JSON requests "
                 "cannot carry; send a number or null"
             )
-    return FeatureRows(ids, features, errors, columns)
+    return FeatureRows(features, errors, columns)
 
 
 def _tensor_rows(columns: dict[str, pa.Array]) -> dict[str, list[np.ndarray]]:
@@ -218,7 +222,7 @@ def _views(column: pa.Array) -> list[np.ndarray] | None:
     return [inner[offsets[i] : offsets[i + 1]] for i in range(len(column))]
 
 
-def _from_json_column(batch: pa.RecordBatch, spec: FeatureSpec, ids: Sequence[Any]) -> FeatureRows:
+def _from_json_column(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
     assert spec.features_column is not None
     texts = batch.column(spec.features_column).to_pylist()
     features: list[Any] = []
@@ -241,4 +245,4 @@ def _from_json_column(batch: pa.RecordBatch, spec: FeatureSpec, ids: Sequence[An
         except InvalidInputError as e:
             features.append(None)
             errors.append(f"invalid input: {e}")
-    return FeatureRows(list(ids), features, errors, {})
+    return FeatureRows(features, errors, {})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,10 @@ class OutputLayout:
 
     def schema(self) -> pa.Schema:
         """The Arrow schema of every part."""
+        return self._schema
+
+    @cached_property
+    def _schema(self) -> pa.Schema:  # built once: every chunk's table needs it
         id_type = pa.type_for_alias(self.id_type) if self.id_type else pa.null()
         fields = [pa.field(self.id_column, id_type)] if self.id_column else []
         fields += [pa.field(name, _type(t) if t else pa.string()) for name, t in self.columns]
@@ -125,7 +130,7 @@ class OutputLayout:
         if self.keyed and exact is None:
             self._check_keys(outputs, errors)
         schema = self.schema()
-        if self.id_column and ids is not None:
+        if self.id_column and ids is not None and ids.type != schema.field(self.id_column).type:
             ids = ids.cast(schema.field(self.id_column).type)
         arrays: list[pa.Array] = [ids] if self.id_column and ids is not None else []
         clean = errors.count(None) == rows  # no row failed yet: no per-row error checks

@@ -4,7 +4,9 @@ With one worker the job runs in the calling process, on the version it already l
 self-tested. With more, each worker process (spawned, not forked: ONNX Runtime and torch
 are not fork-safe) loads the version and runs its self-tests once, then takes whole work
 units from a queue and writes their parts itself; the parent only hands out units and
-counts progress. A worker whose parent died (SIGKILL) stops at its next batch.
+counts progress. A worker whose parent died (SIGKILL) stops at its next batch. Workers
+overlap reading and writing with scoring only while a core is left over
+(:func:`overlaps_io`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,19 @@ from servinglib.batch._scoring import BatchScorer
 from servinglib.batch._source import InputSource, WorkUnit
 from servinglib.batch._spec import BatchAbortedError
 
-__all__ = ["WorkerSpec", "run_local"]
+__all__ = ["WorkerSpec", "overlaps_io", "run_local"]
+
+
+def overlaps_io(workers: int) -> bool:
+    """Whether a worker should read and write in threads beside its scoring thread.
+
+    Only while a core is left over beyond the workers: there the decoding and encoding run
+    beside the model. When the workers occupy every core, the stages would only take turns
+    on it and the hand-offs between threads cost CPU (the GIL passing back and forth), so
+    each worker reads, scores and writes in turn.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return workers < (cores or 1)
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,7 @@ def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
             spec.batch_size,
             progress,
             lambda unit, _: results.put(("done", unit.index)),
+            overlap=overlaps_io(spec.workers),
         )
     except Exception as e:
         where = "" if isinstance(e, UnitFailedError) else f"worker {os.getpid()}: "
@@ -108,7 +123,15 @@ def run_local(
     """
     if spec.workers <= 1 or len(pending) <= 1:
         try:
-            score_units(spec.source, pending, scorer, spec.out, spec.batch_size, progress)
+            score_units(
+                spec.source,
+                pending,
+                scorer,
+                spec.out,
+                spec.batch_size,
+                progress,
+                overlap=overlaps_io(1),
+            )
         except UnitFailedError as e:
             raise BatchAbortedError(f"{e}; rerun with --resume once fixed") from e.__cause__
         return 0.0

@@ -6,7 +6,8 @@ answers in a few microseconds per row, Parquet I/O in the same thread is about a
 the job. :func:`prefetch` moves an iterator into a thread of its own, a few items ahead of
 its consumer; memory stays bounded by that depth. :func:`score_units` runs one such
 pipeline over a stream of work units, so reading the next unit starts while the last
-chunks of the previous one are scored and written.
+chunks of the previous one are scored and written; or, for workers that already occupy
+every core, the same stages in turn in one thread.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from servinglib.errors import ServinglibError
 __all__ = ["CHUNK_ROWS", "UnitFailedError", "prefetch", "score_unit", "score_units"]
 
 CHUNK_ROWS = 8192  # rows read, validated, laid out and written at a time
+# Scored chunks the writer may fall behind by. Its thread needs the GIL twice per chunk
+# (woken by the queue, back from encoding) and waits up to the interpreter's switch
+# interval (5 ms) each time for the scoring thread to yield it: with room for 2 chunks
+# (25 ms of scoring each), those waits filled the queue and stalled scoring ~15 % of the
+# time. An output chunk is small (tens of bytes a row), so 8 cost well under a MiB.
+SCORED_DEPTH = 8
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -96,6 +103,16 @@ def prefetch(
         thread.join()
 
 
+def _inline(items: Iterator[T]) -> Generator[T, None, None]:
+    """``items`` in the calling thread, with :func:`prefetch`'s ``close`` semantics."""
+    try:
+        yield from items
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
 class UnitFailedError(Exception):
     """Reading, scoring or writing one work unit failed; ``__cause__`` says why."""
 
@@ -112,13 +129,18 @@ def score_units(
     batch_size: int,
     progress: ProgressCallback,
     done: Callable[[WorkUnit, PartStats], None] = lambda unit, stats: None,
+    *,
+    overlap: bool = True,
 ) -> None:
     """Score ``units`` in order, writing one part each; ``done(unit, stats)`` after each part.
 
-    Three stages run side by side: a thread reads and decodes chunks (taking the next unit
-    from ``units`` once it has read the last one: a worker's queue is asked only then), a
-    thread scores them (the only one that calls the model), and this thread writes the
-    parts. ``progress(rows, errors)`` runs after each scored chunk.
+    With ``overlap``, three stages run side by side: a thread reads and decodes chunks
+    (taking the next unit from ``units`` once it has read the last one: a worker's queue is
+    asked only then), a thread scores them (the only one that calls the model), and this
+    thread writes the parts. Without it, this thread reads, scores and writes in turn: for
+    workers that already occupy every core, where overlapping gains no core and the
+    hand-offs between threads cost CPU. ``progress(rows, errors)`` runs after each scored
+    chunk.
 
     Raises:
         UnitFailedError: naming the unit whose part could not be written, from the error
@@ -133,7 +155,7 @@ def score_units(
                 yield unit, batch
 
     def score() -> Iterator[tuple[WorkUnit, pa.Table | None]]:
-        batches = prefetch(read(), name="batch-read")
+        batches = prefetch(read(), name="batch-read") if overlap else _inline(read())
         try:
             for unit, batch in batches:
                 if batch is None:
@@ -145,7 +167,9 @@ def score_units(
         finally:
             batches.close()
 
-    scored = prefetch(score(), name="batch-score")
+    scored = (
+        prefetch(score(), depth=SCORED_DEPTH, name="batch-score") if overlap else _inline(score())
+    )
     schema = scorer.layout.schema()
     try:
         for unit, items in itertools.groupby(scored, key=lambda item: item[0]):

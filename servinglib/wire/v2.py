@@ -1,4 +1,4 @@
-"""Decode and encode Open Inference Protocol v2 tensors: JSON and the binary extension.
+"""Decode Open Inference Protocol v2 requests: JSON tensors and the binary extension.
 
 Binary tensor data extension (Triton/KServe): the body is a JSON header of
 ``Inference-Header-Content-Length`` bytes followed by raw tensor bytes, in the order of the
@@ -11,20 +11,27 @@ from __future__ import annotations
 import functools
 import math
 import re
-import struct
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from servinglib import jsonbytes
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
-from servinglib.wire.datatypes import datatype_of, numpy_dtype, wire_dtype
+from servinglib.wire.datatypes import DATATYPES, numpy_dtype
 from servinglib.wire.strict_json import parse_json
-from servinglib.wire.tensor_checks import MAX_ELEMENTS, check_datatype, check_finite, check_shape
+from servinglib.wire.tensor_checks import (
+    MAX_DIMENSIONS,
+    MAX_ELEMENTS,
+    check_datatype,
+    check_finite,
+    check_shape,
+)
+from servinglib.wire.v2_binary import BinaryTensor, binary_tensor, read_tensors
 
-__all__ = ["MAX_ID_LENGTH", "InferRequest", "RequestedOutput", "decode_request", "encode_response"]
+__all__ = ["MAX_ID_LENGTH", "InferRequest", "RequestedOutput", "decode_request"]
 
 MAX_ID_LENGTH = 256
 _ID_PATTERN = re.compile(rf"[\x20-\x7e]{{1,{MAX_ID_LENGTH}}}")
@@ -49,6 +56,37 @@ class InferRequest:
     parameters: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A binary request's JSON header, checked: everything but the tensors' bytes."""
+
+    id: str | None
+    tensors: tuple[BinaryTensor, ...]
+    size: int  # binary bytes after the header
+    outputs: tuple[RequestedOutput, ...] | None
+    binary_output_default: bool
+    parameters: Mapping[str, Any]
+
+    def request(self, body: bytes, start: int) -> InferRequest:
+        """The request whose tensors are ``body``'s bytes after ``start``."""
+        inputs = read_tensors(body, start, self.tensors)
+        return InferRequest(
+            self.id, inputs, self.outputs, self.binary_output_default, self.parameters
+        )
+
+
+# Clients send the same JSON header with every binary request (names, shapes, datatypes;
+# only the bytes after it change), so its checked layout is kept, keyed by its bytes and
+# the limits it was checked under: a repeated header costs one dictionary lookup. Bounded:
+# headers up to 4 KiB, at most 256 of them (then the cache starts again).
+_PENDING = np.empty(0)  # an input's place in the dict until its bytes are read
+
+_LAYOUTS: dict[tuple[bytes, int, int], _Layout] = {}
+_LAYOUTS_MAX = 256
+_LAYOUT_HEADER_MAX_BYTES = 4096
+_layouts_lock = threading.Lock()
+
+
 def decode_request(
     body: bytes,
     header_length: int | None,
@@ -61,15 +99,34 @@ def decode_request(
     Raises:
         InvalidInputError: the body does not follow the protocol; the message says where.
     """
+    if header_length is None or not 0 <= header_length <= _LAYOUT_HEADER_MAX_BYTES:
+        return _decode(body, header_length, max_elements, max_depth)[0]
+    key = (body[:header_length], max_elements, max_depth)
+    layout = _LAYOUTS.get(key)
+    if layout is not None and len(body) - header_length == layout.size:
+        return layout.request(body, header_length)
+    request, layout = _decode(body, header_length, max_elements, max_depth)
+    if layout is not None:
+        with _layouts_lock:
+            if len(_LAYOUTS) >= _LAYOUTS_MAX:
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = layout
+    return request
+
+
+def _decode(
+    body: bytes, header_length: int | None, max_elements: int, max_depth: int
+) -> tuple[InferRequest, _Layout | None]:
+    """The request, and its header's layout when every input is binary (None otherwise)."""
     if header_length is None:
-        header_bytes, binary = body, b""
+        header_bytes, start = body, len(body)
     else:
         if header_length < 0 or header_length > len(body):
             raise InvalidInputError(
                 f"Inference-Header-Content-Length is {header_length} but the body has "
                 f"{len(body)} bytes; it must be the length of the JSON header"
             )
-        header_bytes, binary = body[:header_length], body[header_length:]
+        header_bytes, start = body[:header_length], header_length
     # Tensor data nests one level per dimension: allow that on top of the structural depth.
     header = parse_json(header_bytes, max_depth + 32)
     if not isinstance(header, dict):
@@ -80,47 +137,68 @@ def decode_request(
     request_id = _request_id(header.get("id"))
     params = _parameters(header, "request")
     inputs: dict[str, np.ndarray] = {}
-    offset = 0
+    binary: list[BinaryTensor] = []
+    offset = start  # the binary tensors follow the header, in the order of the inputs
     for i, raw in enumerate(raw_inputs):
-        where = f"inputs[{i}]"
-        if not isinstance(raw, dict):
-            raise InvalidInputError(f"{where} must be an object with name, shape, datatype, data")
-        name, shape, datatype = _tensor_header(raw, where, max_elements)
+        if type(raw) is not dict:
+            raise InvalidInputError(
+                f"inputs[{i}] must be an object with name, shape, datatype, data"
+            )
+        name, shape, datatype = _tensor_header(raw, i, max_elements)
         if name in inputs:
-            raise InvalidInputError(f"{where}: input {name!r} appears twice")
-        size = _parameters(raw, where).get("binary_data_size")
+            raise InvalidInputError(f"inputs[{i}]: input {name!r} appears twice")
+        size = _parameters(raw, i).get("binary_data_size")
         if size is not None:
             if header_length is None:
                 raise InvalidInputError(
-                    f"{where} ({name!r}) sets binary_data_size, which needs the binary tensor "
+                    f"{_where(i, name)} sets binary_data_size, which needs the binary tensor "
                     "extension: send the Inference-Header-Content-Length header; in a JSON "
                     "body give `data` instead"
                 )
-            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            if type(size) is not int or size < 0:
                 raise InvalidInputError(
-                    f"{where}.parameters.binary_data_size must be an integer >= 0"
+                    f"inputs[{i}].parameters.binary_data_size must be an integer >= 0"
                 )
-            if offset + size > len(binary):
+            if offset + size > len(body):
                 raise InvalidInputError(
-                    f"{where} ({name!r}) declares {size} binary bytes but only "
-                    f"{len(binary) - offset} remain after the JSON header"
+                    f"{_where(i, name)} declares {size} binary bytes but only "
+                    f"{len(body) - offset} remain after the JSON header"
                 )
-            inputs[name] = _from_binary(binary[offset : offset + size], shape, datatype, where)
+            binary.append(binary_tensor(i, name, shape, datatype, offset=offset - start, size=size))
+            inputs[name] = _PENDING  # keeps the order of the inputs
             offset += size
         else:
             if "data" not in raw:
                 raise InvalidInputError(
-                    f"{where} ({name!r}) has neither `data` nor binary_data_size"
+                    f"{_where(i, name)} has neither `data` nor binary_data_size"
                 )
-            inputs[name] = _from_json(raw["data"], shape, datatype, where)
-    if offset != len(binary):
+            inputs[name] = _from_json(raw["data"], shape, datatype, _where(i))
+    if offset != len(body):
         raise InvalidInputError(
-            f"{len(binary) - offset} bytes after the last binary tensor are not claimed by any "
+            f"{len(body) - offset} bytes after the last binary tensor are not claimed by any "
             "input's binary_data_size"
         )
     binary_default = bool(params.get("binary_data_output", False))
     outputs = _requested_outputs(header["outputs"], binary_default) if "outputs" in header else None
-    return InferRequest(request_id, inputs, outputs, binary_default, params)
+    if binary:
+        inputs.update(read_tensors(body, start, binary))
+    request = InferRequest(request_id, inputs, outputs, binary_default, params)
+    if len(binary) != len(inputs):  # a tensor inside the header: nothing to reuse
+        return request, None
+    layout = _Layout(
+        request_id,
+        tuple(binary),
+        offset - start,
+        outputs,
+        binary_default,
+        MappingProxyType(dict(params)),
+    )
+    return request, layout
+
+
+def _where(i: int, name: str | None = None) -> str:
+    """How a message names input ``i`` (built only for a message: it costs an f-string)."""
+    return f"inputs[{i}]" if name is None else f"inputs[{i}] ({name!r})"
 
 
 def _request_id(raw: Any) -> str | None:
@@ -157,63 +235,52 @@ def _requested_outputs(raw_outputs: Any, binary_default: bool) -> tuple[Requeste
     return tuple(requested)
 
 
-def _parameters(obj: Mapping[str, Any], where: str) -> Mapping[str, Any]:
-    params = obj.get("parameters", {})
-    if not isinstance(params, dict):
-        raise InvalidInputError(f"{where}.parameters must be an object")
+_NO_PARAMETERS: Mapping[str, Any] = {}
+
+
+def _parameters(obj: Mapping[str, Any], where: str | int) -> Mapping[str, Any]:
+    """``obj``'s parameters (``where``: a label, or the index of an input)."""
+    params = obj.get("parameters", _NO_PARAMETERS)
+    if params is _NO_PARAMETERS:
+        return params
+    if type(params) is not dict:
+        raise InvalidInputError(f"{_label(where)}.parameters must be an object")
     for key, value in params.items():  # the protocol's parameter values are scalars
-        if not isinstance(value, str | int | float):  # bool is an int
+        if type(value) not in _SCALARS:
             raise InvalidInputError(
-                f"{where}.parameters[{key!r}] must be a string, number or boolean"
+                f"{_label(where)}.parameters[{key!r}] must be a string, number or boolean"
             )
     return params
 
 
+_SCALARS = frozenset({str, int, float, bool})
+
+
+def _label(where: str | int) -> str:
+    return _where(where) if isinstance(where, int) else where
+
+
 def _tensor_header(
-    raw: Mapping[str, Any], where: str, max_elements: int
+    raw: Mapping[str, Any], i: int, max_elements: int
 ) -> tuple[str, tuple[int, ...], str]:
-    name = raw.get("name")
+    name, shape, datatype = raw.get("name"), raw.get("shape"), raw.get("datatype")
+    if (  # the usual tensor, checked in one expression; anything else is explained below
+        type(name) is str
+        and name
+        and type(datatype) is str
+        and datatype in DATATYPES
+        and type(shape) is list
+        and len(shape) <= MAX_DIMENSIONS
+        and all(type(d) is int and 0 <= d <= max_elements for d in shape)
+        and math.prod(shape) <= max_elements
+        and 0 not in shape
+    ):
+        return name, tuple(shape), datatype
     if not isinstance(name, str) or not name:
-        raise InvalidInputError(f"{where}.name must be a non-empty string")
-    where = f"{where} ({name!r})"
-    shape = check_shape(raw.get("shape"), where, max_elements)
-    return name, shape, check_datatype(raw.get("datatype"), where)
-
-
-def _from_binary(data: bytes, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
-    count = math.prod(shape)
-    if datatype == "BYTES":
-        elements = []
-        pos = 0
-        while pos < len(data):
-            if pos + 4 > len(data):
-                raise InvalidInputError(f"{where}: truncated BYTES element length prefix")
-            (length,) = struct.unpack_from("<I", data, pos)
-            pos += 4
-            if pos + length > len(data):
-                raise InvalidInputError(f"{where}: BYTES element of {length} bytes is truncated")
-            elements.append(data[pos : pos + length])
-            pos += length
-        if len(elements) != count:
-            raise InvalidInputError(
-                f"{where}: {len(elements)} BYTES elements for shape {list(shape)}"
-            )
-        array = np.empty(count, dtype=object)
-        array[:] = elements
-        return array.reshape(shape)
-    dtype = wire_dtype(datatype)
-    if len(data) != count * dtype.itemsize:
-        raise InvalidInputError(
-            f"{where}: {len(data)} binary bytes for shape {list(shape)} of {datatype} "
-            f"(expected {count * dtype.itemsize})"
-        )
-    array = np.frombuffer(data, dtype=dtype).reshape(shape)
-    if datatype == "BF16":
-        array = (array.astype(np.uint32) << 16).view(np.float32)
-    else:
-        array = array.astype(dtype.newbyteorder("="), copy=True)
-    check_finite(array, where)  # the rule JSON bodies follow, for binary tensors too
-    return array
+        raise InvalidInputError(f"inputs[{i}].name must be a non-empty string")
+    where = _where(i, name)
+    checked = check_shape(shape, where, max_elements)
+    return name, checked, check_datatype(datatype, where)
 
 
 def _flatten(data: list[Any]) -> list[Any]:
@@ -284,91 +351,6 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         array = np.array(flat, dtype=dtype).reshape(shape)
     check_finite(array, where)  # e.g. 1e300 sent as FP32 overflows to Infinity
     return array
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value if isinstance(value, bytes) else str(value).encode("utf-8")
-
-
-def encode_response(
-    model: str,
-    *,
-    version: str,
-    request_id: str | None,
-    outputs: Mapping[str, Any],
-    requested: Sequence[RequestedOutput] | None,
-    binary_default: bool,
-) -> tuple[bytes, int | None]:
-    """Encode outputs; returns the body and the JSON header length when binary is used.
-
-    Raises:
-        InvalidInputError: a requested output does not exist.
-        TypeError: the model returned something that is not tensor-like.
-        jsonbytes.NonFiniteError: a JSON output holds NaN or Infinity.
-    """
-    if requested is None:
-        chosen = [(name, binary_default) for name in outputs]
-    else:
-        missing = [r.name for r in requested if r.name not in outputs]
-        if missing:
-            raise InvalidInputError(
-                f"model {model!r} has no output(s) {missing}; its outputs are {sorted(outputs)}"
-            )
-        chosen = [(r.name, r.binary) for r in requested]
-    tensors = []
-    chunks: list[bytes] = []
-    for name, binary in chosen:
-        array = np.asarray(outputs[name])
-        if array.ndim == 0:
-            array = array.reshape(1)
-        datatype = datatype_of(array)
-        tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if binary:
-            raw = _tensor_bytes(array, datatype)
-            tensor["parameters"] = {"binary_data_size": len(raw)}
-            chunks.append(raw)
-        else:
-            tensor["data"] = _tensor_json(array, datatype, name)
-        tensors.append(tensor)
-    body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}
-    if request_id is not None:
-        body["id"] = request_id
-    # NaN and Infinity are not JSON: refuse them rather than emit a body clients cannot parse.
-    try:
-        header = jsonbytes.dumps(body)
-    except jsonbytes.NonFiniteError as e:
-        raise jsonbytes.NonFiniteError(
-            f"model {model!r} returned NaN or Infinity; JSON cannot carry them"
-        ) from e
-    if not chunks:
-        return header, None
-    return header + b"".join(chunks), len(header)
-
-
-def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
-    if datatype == "BYTES":
-        parts = []
-        for value in array.reshape(-1):
-            raw = _as_bytes(value)
-            parts.append(struct.pack("<I", len(raw)) + raw)
-        return b"".join(parts)
-    return np.ascontiguousarray(array, dtype=wire_dtype(datatype)).tobytes()
-
-
-def _tensor_json(array: np.ndarray, datatype: str, name: str) -> Any:
-    flat = array.reshape(-1)
-    if datatype != "BYTES":
-        return np.ascontiguousarray(flat)  # written by orjson directly, no Python floats
-    out = []
-    for value in flat:
-        try:
-            out.append(value.decode("utf-8") if isinstance(value, bytes) else str(value))
-        except UnicodeDecodeError as e:
-            raise InvalidInputError(
-                f"output {name!r} holds bytes that are not UTF-8; request it with "
-                '"parameters": {"binary_data": true}'
-            ) from e
-    return out
 
 
 @functools.cache

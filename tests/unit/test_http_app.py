@@ -397,3 +397,4 @@ def test_v2_infer_compressed_both_ways(client: FlaskClient) -> None:
     ).encode()
     answer = client.post("/v2/models/echo/infer", data=small, headers={"Accept-Encoding": "gzip"})
     assert "Content-Encoding" not in answer.headers  # below compress_min_bytes: not worth it
+    assert "Vary" not in answer.headers  # and the same whatever Accept-Encoding says

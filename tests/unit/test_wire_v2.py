@@ -10,7 +10,8 @@ import pytest
 
 from servinglib.errors import InvalidInputError, UnsupportedRequestError
 from servinglib.wire.datatypes import datatype_of, numpy_dtype
-from servinglib.wire.v2 import decode_request, encode_response
+from servinglib.wire.v2 import decode_request
+from servinglib.wire.v2_response import encode_response
 
 NUMERIC = {
     "BOOL": np.array([[True, False], [False, True]]),

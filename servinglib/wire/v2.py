@@ -343,10 +343,12 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
             kind = "integers" if integer else "numbers"
             raise InvalidInputError(f"{where}: {datatype} data must be {kind}, got {wrong[0]!r}")
     dtype = numpy_dtype(datatype)  # BF16 is served as FP32
-    if integer and flat:
-        lowest, highest = _integer_range(dtype)
-        if min(flat) < lowest or max(flat) > highest:
-            raise InvalidInputError(f"{where}: value out of range for {datatype}")
+    if integer:
+        if flat:
+            lowest, highest = _integer_range(dtype)
+            if min(flat) < lowest or max(flat) > highest:
+                raise InvalidInputError(f"{where}: value out of range for {datatype}")
+        return np.array(flat, dtype=dtype).reshape(shape)  # in range: nothing overflows
     with np.errstate(over="ignore"):
         array = np.array(flat, dtype=dtype).reshape(shape)
     check_finite(array, where)  # e.g. 1e300 sent as FP32 overflows to Infinity

@@ -75,12 +75,12 @@ class _Layout:
         )
 
 
+_PENDING = np.empty(0)  # an input's place in the dict until its bytes are read
+
 # Clients send the same JSON header with every binary request (names, shapes, datatypes;
 # only the bytes after it change), so its checked layout is kept, keyed by its bytes and
 # the limits it was checked under: a repeated header costs one dictionary lookup. Bounded:
 # headers up to 4 KiB, at most 256 of them (then the cache starts again).
-_PENDING = np.empty(0)  # an input's place in the dict until its bytes are read
-
 _LAYOUTS: dict[tuple[bytes, int, int], _Layout] = {}
 _LAYOUTS_MAX = 256
 _LAYOUT_HEADER_MAX_BYTES = 4096

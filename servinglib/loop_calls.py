@@ -78,8 +78,11 @@ def call_bounded(limit_s: float, function: Callable[..., T], *args: Any) -> T:
         _Alarm.armed = False
 
 
-def run_on_loop(where: str, function: Callable[..., T], *args: Any) -> tuple[bool, T | None]:
-    """``(True, function(*args))``, or ``(False, None)`` once it overran (logged for ``where``).
+def run_on_loop(
+    model: str, version: str, function: Callable[..., T], *args: Any
+) -> tuple[bool, T | None]:
+    """``(True, function(*args))``, or ``(False, None)`` once it overran (logged, naming
+    ``model`` and ``version``).
 
     The caller then runs the request again on the model's threads: the interrupted call's
     answer is lost, and ``predict`` is to be free of shared mutable state anyway.
@@ -88,9 +91,10 @@ def run_on_loop(where: str, function: Callable[..., T], *args: Any) -> tuple[boo
         return True, call_bounded(LOOP_CALL_LIMIT_S, function, *args)
     except LoopCallOverran:
         log.warning(
-            "%s: a call took over %.0f ms on the event loop and was interrupted; it runs "
-            "again on the model's threads, where its calls stay",
-            where,
+            "model %r version %r: a call took over %.0f ms on the event loop and was "
+            "interrupted; it runs again on the model's threads, where its calls stay",
+            model,
+            version,
             LOOP_CALL_LIMIT_S * 1000,
         )
         return False, None

@@ -316,8 +316,10 @@ class InferenceService:
         if lane.shared() and not blocking and lane.quick() and loop_calls.available():
             payload = instance.prepare(features)
             call.check_deadline()
-            where = f"model {call.ready.model!r} version {call.ready.version!r}"
-            done, value = loop_calls.run_on_loop(where, lane.timed, instance, payload)
+            ready = call.ready
+            done, value = loop_calls.run_on_loop(
+                ready.model, ready.version, lane.timed, instance, payload
+            )
             if done:
                 return True, value
         executor = lane.executor(call.ready)

@@ -91,15 +91,16 @@ def model_config(model: str, version: str | None = None) -> Response:
     """Triton model configuration JSON, so Triton's client tools can drive the model."""
     service = _service()
     record = service.registry.get(model, version)
+    settings = service.registry.model_config(model)
     config = triton_model_config(
         model,
         record.instance,
         record.instance.inputs,
         record.instance.outputs,
-        service.registry.model_config(model).batching,
+        settings.batching,
         [r.version for r in service.registry.records(model)],
         service.registry.default_version(model),
-        service.registry.model_config(model).input_schema,
+        settings.input_schema,
     )
     scheduling = getattr(record.instance, "ensemble_scheduling", None)
     if callable(scheduling):  # Triton's tools read a composed model as an ensemble

@@ -30,6 +30,7 @@ from servinglib.wire.tensor_checks import (
     check_shape,
 )
 from servinglib.wire.v2_binary import BinaryTensor, binary_tensor, read_tensors
+from servinglib.wire.v2_binary import input_label as _where  # one way to name an input
 
 __all__ = ["MAX_ID_LENGTH", "InferRequest", "RequestedOutput", "decode_request"]
 
@@ -194,11 +195,6 @@ def _decode(
         MappingProxyType(dict(params)),
     )
     return request, layout
-
-
-def _where(i: int, name: str | None = None) -> str:
-    """How a message names input ``i`` (built only for a message: it costs an f-string)."""
-    return f"inputs[{i}]" if name is None else f"inputs[{i}] ({name!r})"
 
 
 def _request_id(raw: Any) -> str | None:

@@ -26,7 +26,12 @@ from servinglib.errors import InvalidInputError
 from servinglib.wire.datatypes import numpy_dtype, wire_dtype
 from servinglib.wire.tensor_checks import check_finite
 
-__all__ = ["BinaryTensor", "binary_tensor", "read_tensors"]
+__all__ = ["BinaryTensor", "binary_tensor", "input_label", "read_tensors"]
+
+
+def input_label(index: int, name: str | None = None) -> str:
+    """How a message names input ``index`` of a request (built only for a message)."""
+    return f"inputs[{index}]" if name is None else f"inputs[{index}] ({name!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +50,7 @@ class BinaryTensor:
     @property
     def where(self) -> str:
         """How a message names the tensor."""
-        return f"inputs[{self.index}]"
+        return input_label(self.index)
 
 
 def binary_tensor(
@@ -62,7 +67,7 @@ def binary_tensor(
     expected = math.prod(shape) * dtype.itemsize
     if size != expected:
         raise InvalidInputError(
-            f"inputs[{index}]: {size} binary bytes for shape {list(shape)} of {datatype} "
+            f"{input_label(index)}: {size} binary bytes for shape {list(shape)} of {datatype} "
             f"(expected {expected})"
         )
     return BinaryTensor(index, name, shape, datatype, offset, size, dtype)

@@ -36,7 +36,7 @@ def test_a_call_that_waits_is_interrupted_even_when_the_model_catches_exceptions
 
 def test_an_overrun_is_reported_and_nothing_fires_afterwards() -> None:
     assert loop_calls.available()
-    done, value = loop_calls.run_on_loop("model 'm' version '1'", time.sleep, 10)
+    done, value = loop_calls.run_on_loop("m", "1", time.sleep, 10)
     assert (done, value) == (False, None)
     time.sleep(0.1)  # the timer is disarmed: no late interruption here
 

@@ -36,8 +36,8 @@ from minilm import MODEL, tokens
 from protocols import bodies
 from run import _machine, write_docs
 
-from servinglib import jsonbytes
 from servinglib.runtimes._tensors import to_arrays
+from servinglib.wire import jsonbytes
 from servinglib.wire.strict_json import parse_json
 from servinglib.wire.v2 import RequestedOutput, decode_request
 from servinglib.wire.v2_response import encode_response

@@ -64,7 +64,7 @@ RATIO_BAR = 0.9
 
 def _serve(config: Path, workdir: Path, workers: int) -> Server:
     port = free_port()
-    command = [sys.executable, "-m", "servinglib.cli", "serve", "--config", str(config)]
+    command = [sys.executable, "-m", "servinglib.cli.main", "serve", "--config", str(config)]
     command += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVINGLIB_")}
     env.update(SERVINGLIB_LOG_LEVEL="warning", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))

@@ -104,7 +104,7 @@ def measure(margin: int, rounds: int, root: Path) -> dict[str, Any]:
     app_port, listener_port = free_port(), free_port()
     config = _service(root / f"m{margin}")
     env = {**os.environ, "SERVINGLIB_DEADLINE_MARGIN_MS": str(margin)}
-    serve = [sys.executable, "-m", "servinglib.cli", "serve", "--config", str(config)]
+    serve = [sys.executable, "-m", "servinglib.cli.main", "serve", "--config", str(config)]
     serve += ["--port", str(app_port), "--workers", "1"]
     envoy_config = _envoy_config(root / f"m{margin}", app_port, listener_port)
     with open(root / f"serve-{margin}.log", "wb") as log:

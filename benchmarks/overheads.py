@@ -3,7 +3,7 @@
     python benchmarks/overheads.py [--seconds 6] [--repeats 3]
 
 * encoding a 384-float answer: the standard library (after converting to Python floats)
-  against servinglib.jsonbytes (orjson);
+  against servinglib.wire.jsonbytes (orjson);
 * CPU per request of the trivial model with the JSON access log off and on (CPU time of the
   gunicorn workers from /proc, divided by the requests answered), runs alternating;
 * MiniLM at concurrency 1 with and without batching: what a lone request pays for batching.
@@ -28,7 +28,7 @@ from _load import LoadResult, run_hey
 from minilm import _servinglib, servinglib_service, tokens
 from run import ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
-from servinglib import jsonbytes
+from servinglib.wire import jsonbytes
 
 
 def encoding_us() -> tuple[float, float]:
@@ -127,7 +127,7 @@ def main() -> int:
         "|---|---|",
         f"| encode a 384-float answer: `json.dumps` after converting to Python floats | "
         f"{slow:.1f} us |",
-        f"| the same with `servinglib.jsonbytes` (orjson, arrays written directly) | "
+        f"| the same with `servinglib.wire.jsonbytes` (orjson, arrays written directly) | "
         f"{fast:.1f} us ({slow / fast:.0f}x faster) |",
         f"| trivial model, CPU per request, JSON access log off (median of {args.repeats}, "
         f"alternating) | {off:.0f} us |",

@@ -1,7 +1,7 @@
 """Generate the configuration and metrics reference pages from the code.
 
 ``docs/reference/config.md`` comes from the JSON Schema of servinglib.yaml
-(:func:`servinglib.config.config_schema`) and ``docs/reference/metrics.md`` from
+(:func:`servinglib.config.spec.config_schema`) and ``docs/reference/metrics.md`` from
 :data:`servinglib.monitoring.metrics.METRIC_SPECS`, so neither page can drift from the code::
 
     python docs/generate_reference.py           # rewrite both pages
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servinglib.config import ENV_PREFIX, config_schema
+from servinglib.config.spec import ENV_PREFIX, config_schema
+from servinglib.lifecycle.registry import VersionState
 from servinglib.monitoring.drift import DRIFT_GAUGES
 from servinglib.monitoring.metrics import METRIC_SPECS, MetricSpec, ServingMetrics
-from servinglib.registry import VersionState
 
 __all__ = ["main", "render_config_reference", "render_metrics_reference"]
 

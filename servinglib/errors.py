@@ -149,7 +149,7 @@ class PredictionError(ServinglibError):
         predicting". The client sees only the id; the traceback stays in the log.
         """
         error_id = uuid.uuid4().hex[:12]
-        logging.getLogger("servinglib.service").error(
+        logging.getLogger("servinglib.serving.service").error(
             "model %r version %r %s (error id %s)", model, version, what, error_id, exc_info=cause
         )
         return cls(model, version, error_id)

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pytest
 
-from servinglib._importing import import_file_as
 from servinglib.checks import run_all_selftests
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
+from servinglib.lifecycle.importing import import_file_as
+from servinglib.lifecycle.registry import VersionRecord, VersionState
+from servinglib.lifecycle.selftest import compare_outputs, to_plain
 from servinglib.model import Tolerance
-from servinglib.registry import VersionRecord, VersionState
-from servinglib.selftest import compare_outputs, to_plain
 from servinglib.wire.datatypes import datatype_of, numpy_dtype
 
 if TYPE_CHECKING:

@@ -73,7 +73,7 @@ class LiveServer:
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``servinglib ARGS`` as a real process (this checkout's code) and capture it."""
     return subprocess.run(
-        [sys.executable, "-m", "servinglib.cli", *args],
+        [sys.executable, "-m", "servinglib.cli.main", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -158,7 +158,7 @@ def launch(
         command = [
             sys.executable,
             "-m",
-            "servinglib.cli",
+            "servinglib.cli.main",
             "serve",
             "--config",
             str(config),

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servinglib.lifecycle.registry import VersionState
 from servinglib.monitoring.drift import DRIFT_GAUGES
 from servinglib.monitoring.metrics import METRIC_SPECS, MetricSpec
-from servinglib.registry import VersionState
 
 __all__ = [
     "MODEL_SELECTOR",

@@ -51,7 +51,7 @@ def check_rendered_files(repo: Path, paths: Iterable[Path]) -> None:
 
 
 def _check_config(path: Path) -> None:
-    from servinglib.config import load_config
+    from servinglib.config.spec import load_config
     from servinglib.errors import ConfigError
 
     try:

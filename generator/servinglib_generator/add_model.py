@@ -92,7 +92,7 @@ def add_model(repo: Path, model: ModelSpec) -> ModelAdded:
         TargetExistsError: a file the model needs already exists.
         ArtifactError: the starter artifact cannot be built.
     """
-    from servinglib.config import load_config
+    from servinglib.config.spec import load_config
     from servinglib.errors import ConfigError
 
     repo = repo.resolve()

@@ -20,9 +20,9 @@ from servinglib.batch._parts import OutputDirectory, PartStats
 from servinglib.batch._progress import Progress
 from servinglib.batch._source import InputSource, open_input
 from servinglib.batch._spec import BatchAbortedError, BatchJob, BatchSummary
-from servinglib.config import ServiceConfig
+from servinglib.config.spec import ServiceConfig
 from servinglib.errors import ConfigError
-from servinglib.registry import VersionRecord
+from servinglib.lifecycle.registry import VersionRecord
 
 __all__ = ["BatchSummary", "predict"]
 

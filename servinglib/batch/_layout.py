@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from servinglib.batch._features import non_finite_rows
 from servinglib.errors import ConfigError
-from servinglib.jsonbytes import NonFiniteError, dumps, to_plain
+from servinglib.wire.jsonbytes import NonFiniteError, dumps, to_plain
 
 __all__ = ["JSON_COLUMNS_KEY", "OUTPUT_COLUMN", "RESERVED", "OutputLayout"]
 

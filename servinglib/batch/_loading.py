@@ -8,10 +8,10 @@ from typing import Any
 from servinglib.batch._features import FeatureSpec
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._scoring import BatchScorer
-from servinglib.config import ServiceConfig, load_config
+from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ModelNotReadyError
-from servinglib.registry import ModelRegistry, VersionRecord, VersionState
-from servinglib.selftest import load_test_data
+from servinglib.lifecycle.registry import ModelRegistry, VersionRecord, VersionState
+from servinglib.lifecycle.selftest import load_test_data
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from servinglib.errors import ConfigError
-from servinglib.jsonbytes import dumps
+from servinglib.wire.jsonbytes import dumps
 
 __all__ = ["MANIFEST", "OutputDirectory", "PartStats"]
 

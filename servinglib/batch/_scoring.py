@@ -5,7 +5,7 @@ The same steps as ``/infer`` for every row: the input rules of the JSON layer, t
 Validation, conversion and output layout run on whole chunks of rows (vectorised where
 they can), ``predict_batch`` on slices of ``batch_size`` of them: the fixed cost of a chunk
 is spread over many model batches. A batch that raises is bisected
-(:func:`servinglib.batching.run_isolating`), so one poison row fails alone, as it does in
+(:func:`servinglib.serving.batching.run_isolating`), so one poison row fails alone, as it does in
 the online batcher.
 """
 
@@ -20,9 +20,9 @@ import pyarrow as pa
 from servinglib.batch._features import FeatureSpec, rows_to_features
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._validation import BatchValidator
-from servinglib.batching import run_isolating
 from servinglib.errors import InvalidInputError
 from servinglib.model import Model
+from servinglib.serving.batching import run_isolating
 
 __all__ = ["BatchScorer", "describe_error"]
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from servinglib.checks.selftests import SelftestRun
-from servinglib.registry import VersionRecord, VersionState
+from servinglib.lifecycle.registry import VersionRecord, VersionState
 
 __all__ = ["format_report", "format_table", "write_junit"]
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from servinglib.checks.serving import ServingCheck, run_serving_checks
 from servinglib.compose.calls import LaneCaller
-from servinglib.config import ServiceConfig
-from servinglib.registry import ModelRegistry, VersionRecord, VersionState
-from servinglib.service import InferenceService
+from servinglib.config.spec import ServiceConfig
+from servinglib.lifecycle.registry import ModelRegistry, VersionRecord, VersionState
+from servinglib.serving.service import InferenceService
 
 __all__ = ["SelftestRun", "run_all_selftests", "run_selftest_suite"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from servinglib.config import ServiceConfig
-from servinglib.registry import VersionRecord, VersionState
-from servinglib.selftest import load_test_data
+from servinglib.config.spec import ServiceConfig
+from servinglib.lifecycle.registry import VersionRecord, VersionState
+from servinglib.lifecycle.selftest import load_test_data
 
 __all__ = ["ServingCheck", "run_serving_checks"]
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import jsonschema
 
-from servinglib._importing import import_model_class
-from servinglib.config import ModelConfig, ServiceConfig, load_config
+from servinglib.config.spec import ModelConfig, ServiceConfig, load_config
 from servinglib.errors import ServinglibError
+from servinglib.lifecycle.importing import import_model_class
+from servinglib.lifecycle.registry import discover_versions
+from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
 from servinglib.model import Model, SelfTestCase
-from servinglib.registry import discover_versions
-from servinglib.selftest import TEST_DATA_FILE, load_test_data
-from servinglib.shadow import make_comparator
+from servinglib.shadow.router import make_comparator
 
 __all__ = ["validate_service"]
 

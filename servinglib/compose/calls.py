@@ -2,7 +2,7 @@
 
 :class:`LaneCaller` is handed to every model as ``ModelSettings.caller`` before the
 service exists; the worker binds it to the service before any model loads. A step's call
-is an :class:`~servinglib.service.InferenceRequest` of the member model, so its batcher,
+is an :class:`~servinglib.serving.service.InferenceRequest` of the member model, so its batcher,
 instances, admission checks, metrics and deadline apply; its budget is what remains of the
 composed request's deadline, and a step whose usual duration no longer fits never starts.
 """
@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from servinglib._importing import import_object
 from servinglib.errors import (
     DeadlineExceededError,
     ModelLoadError,
@@ -25,7 +24,8 @@ from servinglib.errors import (
     ModelNotReadyError,
     VersionNotFoundError,
 )
-from servinglib.service import InferenceRequest, InferenceService
+from servinglib.lifecycle.importing import import_object
+from servinglib.serving.service import InferenceRequest, InferenceService
 
 __all__ = ["LaneCaller", "StepListener"]
 

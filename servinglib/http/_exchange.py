@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from servinglib.config import ServerConfig
+from servinglib.config.spec import ServerConfig
 from servinglib.errors import ServinglibError
 from servinglib.http._context import REQUEST_ID_HEADER, VERSION_HEADER, log_request, request_id_from
 from servinglib.http._payload import (
@@ -29,7 +29,7 @@ from servinglib.http._payload import (
 from servinglib.http._protocols import Encoded, InferProtocol, JsonProtocol, V2Protocol
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.service import InferenceRequest, InferenceService, Prediction
+from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.content_coding import (
     ContentCodingError,
     decode_body,

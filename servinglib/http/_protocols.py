@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from servinglib import jsonbytes
-from servinglib.config import ServerConfig
+from servinglib.config.spec import ServerConfig
 from servinglib.errors import InvalidInputError, NonFiniteOutputError, PredictionError
 from servinglib.http._payload import request_priority
 from servinglib.http.errors import HttpError
-from servinglib.service import InferenceRequest, Prediction
+from servinglib.serving.service import InferenceRequest, Prediction
+from servinglib.wire import jsonbytes
 from servinglib.wire.strict_json import parse_json
 from servinglib.wire.v2 import InferRequest, decode_request
 from servinglib.wire.v2_framing import json_header_length

@@ -7,7 +7,8 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from servinglib.config import ServerConfig
+from servinglib.config.spec import ServerConfig
+from servinglib.describe.openapi import openapi_document
 from servinglib.errors import public_reason
 from servinglib.http._context import install_request_context
 from servinglib.http._exchange import Endpoints
@@ -18,8 +19,7 @@ from servinglib.http.errors import register_error_handlers
 from servinglib.http.v2 import v2_blueprint
 from servinglib.http.wsgi import WsgiFrontEnd
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.openapi import openapi_document
-from servinglib.service import InferenceService
+from servinglib.serving.service import InferenceService
 
 __all__ = ["ServingApp", "create_app", "create_asgi_app"]
 
@@ -76,7 +76,7 @@ def openapi() -> Response:
 
 
 def _service() -> InferenceService:
-    service: InferenceService = current_app.extensions["servinglib.service"]
+    service: InferenceService = current_app.extensions["servinglib.serving.service"]
     return service
 
 
@@ -85,7 +85,7 @@ def _refuse_transfer_codings() -> None:
 
 
 def _model_states() -> list[dict[str, Any]]:
-    registry = current_app.extensions["servinglib.service"].registry
+    registry = current_app.extensions["servinglib.serving.service"].registry
     out = []
     for name in registry.model_names():
         versions = []
@@ -164,7 +164,7 @@ def _flask_app(
     app.config["MAX_CONTENT_LENGTH"] = server.max_request_body_bytes
     app.config["SERVINGLIB_MAX_JSON_DEPTH"] = server.max_json_depth
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["servinglib.service"] = service
+    app.extensions["servinglib.serving.service"] = service
     app.extensions["servinglib.metrics"] = metrics
     app.extensions["servinglib.readiness"] = readiness or service.is_ready
     app.extensions["servinglib.liveness"] = liveness or (lambda: True)

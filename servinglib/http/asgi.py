@@ -23,7 +23,7 @@ from typing import Any
 
 from servinglib.http._exchange import Endpoints, Match, Reply
 from servinglib.http.errors import HttpError, describe, too_large
-from servinglib.service import run_followups
+from servinglib.serving.service import run_followups
 
 __all__ = ["LARGE_BODY_BYTES", "SHED_PAUSE_S", "AsgiFrontEnd"]
 

@@ -6,7 +6,7 @@ from flask import Blueprint, Response, current_app, jsonify
 
 from servinglib.http.errors import error_body
 from servinglib.monitoring.drift import DriftMonitor
-from servinglib.service import InferenceService
+from servinglib.serving.service import InferenceService
 
 __all__ = ["drift_blueprint"]
 
@@ -16,7 +16,7 @@ drift_blueprint = Blueprint("drift", __name__)
 @drift_blueprint.get("/v2/models/<model>/versions/<version>/drift")
 def version_drift(model: str, version: str) -> Response:
     """PSI and Jensen-Shannon distance per field over the window, across every worker."""
-    service: InferenceService = current_app.extensions["servinglib.service"]
+    service: InferenceService = current_app.extensions["servinglib.serving.service"]
     service.registry.record(model, version)  # 404 for an unknown model or version
     monitor = service.drift
     report = monitor.report(model, version) if isinstance(monitor, DriftMonitor) else None

@@ -6,11 +6,11 @@ from importlib.metadata import version as package_version
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from servinglib.batch_rows import splits_rows
+from servinglib.describe.triton_config import tensor_metadata, triton_model_config
 from servinglib.errors import InvalidInputError, public_reason
 from servinglib.http._payload import json_body, request_bytes
-from servinglib.service import InferenceService
-from servinglib.triton_config import tensor_metadata, triton_model_config
+from servinglib.serving.service import InferenceService
+from servinglib.wire.batch_rows import splits_rows
 
 __all__ = ["v2_blueprint"]
 
@@ -21,7 +21,7 @@ EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 
 
 def _service() -> InferenceService:
-    service: InferenceService = current_app.extensions["servinglib.service"]
+    service: InferenceService = current_app.extensions["servinglib.serving.service"]
     return service
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from servinglib.http._exchange import Endpoints
 from servinglib.http.errors import HttpError, too_large
-from servinglib.service import run_followups
+from servinglib.serving.service import run_followups
 
 __all__ = ["WsgiFrontEnd"]
 

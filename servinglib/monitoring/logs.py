@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from servinglib._tracebacks import format_exception
+from servinglib.lifecycle.tracebacks import format_exception
 
 __all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "flush_logs"]
 
@@ -28,7 +28,7 @@ class _Formatter(logging.Formatter):
     """Tracebacks without the ``^^^^`` markers, safe to format on any thread."""
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
-        """The traceback of ``ei`` (see :func:`servinglib._tracebacks.format_exception`)."""
+        """The traceback of ``ei`` (see :func:`servinglib.lifecycle.tracebacks.format_exception`)."""
         error = ei[1]
         if error is None:
             return super().formatException(ei)

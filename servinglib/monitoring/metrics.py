@@ -24,10 +24,10 @@ from prometheus_client import (
 )
 from prometheus_client.registry import Collector
 
-from servinglib.config import ServiceConfig
+from servinglib.config.spec import ServiceConfig
+from servinglib.lifecycle.registry import VersionState
 from servinglib.monitoring.metric_specs import METRIC_SPECS, MetricSpec
-from servinglib.registry import VersionState
-from servinglib.shadow import Comparison
+from servinglib.shadow.router import Comparison
 
 __all__ = [
     "METRIC_SPECS",
@@ -55,7 +55,7 @@ class ServingMetrics:
     """Owns every metric; created once per process with an injected registry.
 
     It also listens to the registry's lifecycle events (it implements
-    :class:`servinglib.registry.LifecycleListener`).
+    :class:`servinglib.lifecycle.registry.LifecycleListener`).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:

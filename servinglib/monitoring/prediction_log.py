@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from servinglib import jsonbytes
-from servinglib.config import PredictionLogConfig
+from servinglib.config.spec import PredictionLogConfig
 from servinglib.errors import ConfigError
-from servinglib.jsonbytes import to_plain
 from servinglib.monitoring.record_size import approx_bytes, summary
+from servinglib.wire import jsonbytes
+from servinglib.wire.jsonbytes import to_plain
 
 __all__ = ["PostgresSink", "PredictionLogger", "PredictionRecord", "SqliteSink", "open_sink"]
 
@@ -277,7 +277,7 @@ class PredictionLogger:
     def record_prediction(
         self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
     ) -> None:
-        """Log a primary answer (a :class:`~servinglib.service.PredictionRecorder`)."""
+        """Log a primary answer (a :class:`~servinglib.serving.service.PredictionRecorder`)."""
         self.record(
             PredictionRecord(
                 request_id, time.time(), model, version, None, features, output, seconds * 1000
@@ -294,7 +294,7 @@ class PredictionLogger:
         output: Any,
         seconds: float,
     ) -> None:
-        """Log a shadow answer (a :class:`~servinglib.shadow.ShadowRecorder`)."""
+        """Log a shadow answer (a :class:`~servinglib.shadow.router.ShadowRecorder`)."""
         self.record(
             PredictionRecord(
                 request_id, time.time(), model, shadow, primary, features, output, seconds * 1000

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from servinglib._importing import import_object
 from servinglib.errors import ModelLoadError
+from servinglib.lifecycle.importing import import_object
 from servinglib.optimize.errors import OptimizeError
 
 __all__ = ["METRICS", "MetricResult", "baseline", "evaluate", "load_user_metric"]

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from servinglib.config import ServiceConfig
+from servinglib.config.spec import ServiceConfig
 from servinglib.errors import ConfigError
+from servinglib.lifecycle.selftest import TEST_DATA_FILE
 from servinglib.model import Model
-from servinglib.selftest import TEST_DATA_FILE
 
 __all__ = [
     "BUDGET_KEYS",

@@ -353,7 +353,7 @@ def _quantize(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from servinglib.config import load_config
+    from servinglib.config.spec import load_config
     from servinglib.optimize.budgets import Budgets, budgets_for_model, model_batches
     from servinglib.optimize.errors import OptimizeError
     from servinglib.optimize.measure import MeasureSettings

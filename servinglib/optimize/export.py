@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from servinglib._importing import import_object
 from servinglib.errors import ModelLoadError
+from servinglib.lifecycle.importing import import_object
 from servinglib.optimize._deps import require
 from servinglib.optimize._files import StagedOutput
 from servinglib.optimize._messages import first_line

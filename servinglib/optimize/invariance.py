@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from servinglib.lifecycle.selftest import to_plain
 from servinglib.model import Model
-from servinglib.selftest import to_plain
 
 __all__ = [
     "DEFAULT_TOLERANCE",

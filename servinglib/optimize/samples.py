@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from servinglib.errors import SelfTestDataError
+from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
 from servinglib.optimize._deps import require
 from servinglib.optimize.errors import OptimizeError
-from servinglib.selftest import TEST_DATA_FILE, load_test_data
 
 __all__ = [
     "Feed",

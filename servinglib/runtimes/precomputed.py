@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from servinglib._importing import import_model_class
 from servinglib.errors import InvalidInputError, ModelLoadError
+from servinglib.lifecycle.importing import import_model_class
+from servinglib.lifecycle.selftest import load_test_data, run_selftests
 from servinglib.model import Model, ModelSettings
-from servinglib.selftest import load_test_data, run_selftests
 
 __all__ = ["PrecomputedModel"]
 

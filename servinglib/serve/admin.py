@@ -12,7 +12,7 @@ nothing for :data:`IDLE_TIMEOUT_S` is closed, so idle clients hold no master thr
 Workers close their inherited copy of the listening socket right after the fork.
 
 It changes nothing itself: it edits the desired-state file that every worker follows
-(:mod:`servinglib.rollout`) and reads back the workers' reports.
+(:mod:`servinglib.lifecycle.rollout`) and reads back the workers' reports.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from servinglib.artifacts import NAME_PATTERN, version_directory
-from servinglib.config import ServiceConfig
+from servinglib.config.spec import ServiceConfig
 from servinglib.errors import InvalidInputError, ServinglibError
-from servinglib.rollout import (
+from servinglib.lifecycle.artifacts import NAME_PATTERN, version_directory
+from servinglib.lifecycle.rollout import (
     read_desired_state,
     read_worker_statuses,
     write_desired_state,

@@ -1,4 +1,4 @@
-"""The servinglib app of a gunicorn worker: a :class:`~servinglib.worker.Worker` and its HTTP app.
+"""The servinglib app of a gunicorn worker: a :class:`~servinglib.serving.assembly.Worker` and its HTTP app.
 
 The config file comes from ``SERVINGLIB_CONFIG`` (default ``servinglib.yaml``); the admin
 API's desired-state directory, when the master enabled it, from ``SERVINGLIB_ROLLOUT_DIR``.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from servinglib.http.app import ServingApp, create_app
 from servinglib.serve.hooks import ROLLOUT_ENV
-from servinglib.worker import Worker, load_worker
+from servinglib.serving.assembly import Worker, load_worker
 
 __all__ = ["CONFIG_ENV", "create_app_from_config", "worker_from_environment"]
 

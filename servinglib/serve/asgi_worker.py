@@ -2,7 +2,7 @@
 
 gunicorn still runs the show (pre-fork, hooks, worker restarts, graceful shutdown); each
 worker runs one uvloop event loop with httptools' C HTTP parser instead of a thread per
-connection. After fork the worker builds its :class:`~servinglib.worker.Worker` from
+connection. After fork the worker builds its :class:`~servinglib.serving.assembly.Worker` from
 ``SERVINGLIB_CONFIG`` and serves it with :func:`servinglib.http.app.create_asgi_app`
 (gunicorn's app argument is not imported).
 """
@@ -31,7 +31,7 @@ from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
 from servinglib.serve.one_write import OneWriteTransport
 from servinglib.serve.settings import connection_cap
-from servinglib.worker import Worker
+from servinglib.serving.assembly import Worker
 
 __all__ = ["AsyncioWorker", "ConnectionLimits", "limited_protocol"]
 

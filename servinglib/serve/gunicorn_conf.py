@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.serve.hooks import prepare_metrics_dir, prepare_rollout_dir
 from servinglib.serve.settings import gunicorn_settings
 

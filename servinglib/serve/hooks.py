@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from servinglib.config import ServiceConfig, load_config
+from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ConfigError, ServinglibError
 
 __all__ = [
@@ -205,14 +205,14 @@ def post_worker_init(worker: Any) -> None:
         return
     # A stock gunicorn worker serving servinglib.serve.wsgi:app: the app holds the service.
     extensions = getattr(getattr(worker, "wsgi", None), "extensions", None)
-    if isinstance(extensions, dict) and "servinglib.service" in extensions:
-        report_worker_ready(extensions["servinglib.service"].registry)
+    if isinstance(extensions, dict) and "servinglib.serving.service" in extensions:
+        report_worker_ready(extensions["servinglib.serving.service"].registry)
 
 
 def worker_exit(server: Any, worker: Any) -> None:
     """Worker leaving (after draining requests): flush shadow copies and the prediction log.
 
-    servinglib's worker classes keep their :class:`~servinglib.worker.Worker` as
+    servinglib's worker classes keep their :class:`~servinglib.serving.assembly.Worker` as
     ``worker.serving``; under a stock gunicorn worker the app of
     ``servinglib.serve.wsgi:app`` holds the same ``close`` as its shutdown extension.
     """

@@ -9,7 +9,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from servinglib.config import ServiceConfig, load_config
+from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ServinglibError
 from servinglib.serve.hooks import prepare_metrics_dir, prepare_rollout_dir
 from servinglib.serve.ports import port_is_free

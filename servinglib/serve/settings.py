@@ -5,7 +5,7 @@ from __future__ import annotations
 import resource
 from typing import Any
 
-from servinglib.config import ServerConfig
+from servinglib.config.spec import ServerConfig
 from servinglib.serve import hooks
 
 __all__ = ["WORKER_CLASSES", "WSGI_APP", "connection_cap", "gunicorn_settings"]

@@ -28,7 +28,7 @@ from typing import Any
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
-from servinglib.worker import Worker
+from servinglib.serving.assembly import Worker
 
 __all__ = ["LINGER_S", "LingeringThreadWorker"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from servinglib import jsonbytes
 from servinglib.errors import InvalidInputError
+from servinglib.wire import jsonbytes
 from servinglib.wire.datatypes import datatype_of, wire_dtype
 from servinglib.wire.v2 import RequestedOutput
 

@@ -19,8 +19,8 @@ import yaml
 from servinglib_generator import ModelSpec, add_model
 
 from servinglib.checks import validate_service
-from servinglib.config import load_config
-from servinglib.selftest import load_test_data
+from servinglib.config.spec import load_config
+from servinglib.lifecycle.selftest import load_test_data
 from tests.generator._repos import REPO_ROOT, RUNTIMES, needs_runtime, render, run, tool
 
 Rendered = Callable[[str], Path]

@@ -12,7 +12,7 @@ import yaml
 from servinglib_generator.cli import main
 from servinglib_generator.prompts import SERVICE_PROMPTS
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.testing import assert_selftests_pass
 from tests.generator._repos import REPO_ROOT, needs_runtime, render, run, tool
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from servinglib.registry import VersionState
+from servinglib.lifecycle.registry import VersionState
 from servinglib.testing import assert_close, assert_selftests_pass, infer, infer_v2
 
 
@@ -65,7 +65,7 @@ def test_request_logs_stay_with_pytest_not_after_its_summary(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from servinglib.starter import write_starter
+    from servinglib.cli.starter import write_starter
 
     write_starter(tmp_path)
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["servinglib.testing"]\n')

@@ -104,7 +104,7 @@ def test_admin_is_off_the_public_port_and_needs_the_token(
 def test_admin_refuses_to_start_without_a_long_token(tmp_path: Path, token: str, said: str) -> None:
     config = admin_service(tmp_path, free_port())
     result = subprocess.run(
-        [sys.executable, "-m", "servinglib.cli", "serve", "--config", str(config)],
+        [sys.executable, "-m", "servinglib.cli.main", "serve", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -125,7 +125,7 @@ def test_a_taken_admin_port_is_one_clear_error(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "servinglib.cli",
+                "servinglib.cli.main",
                 "serve",
                 "--config",
                 str(config),

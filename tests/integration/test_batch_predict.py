@@ -40,7 +40,7 @@ def _input(path: Path, n: int, row_group_size: int) -> Path:
 
 def _command(*args: str, config: Path = CONFIG) -> list[str]:
     return [
-        sys.executable, "-m", "servinglib.cli", "batch-predict", "--config", str(config),
+        sys.executable, "-m", "servinglib.cli.main", "batch-predict", "--config", str(config),
         "--model", "summer", "--id-column", "id", "--no-progress", "--max-error-rate", "0.2",
         *args,
     ]  # fmt: skip

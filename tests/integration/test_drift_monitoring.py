@@ -51,7 +51,7 @@ def drift_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     for version in ("1", "2", "3"):
         command = ["profile", "--config", str(config), "--model", "risk", "--version", version]
         subprocess.run(
-            [sys.executable, "-m", "servinglib.cli", *command, "--data", str(data)],
+            [sys.executable, "-m", "servinglib.cli.main", *command, "--data", str(data)],
             check=True,
             capture_output=True,
         )

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from servinglib._shadow_process import ShadowProcess, ShadowProcessError
 from servinglib.errors import DeadlineExceededError, ModelNotReadyError
+from servinglib.shadow.process import ShadowProcess, ShadowProcessError
 from tests.conftest import launch, stop
 
 pytestmark = pytest.mark.integration

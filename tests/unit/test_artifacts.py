@@ -1,4 +1,4 @@
-"""servinglib.artifacts and the registry's hygiene: containment, pickle refusal, pins, timeouts."""
+"""servinglib.lifecycle.artifacts and the registry's hygiene: containment, pickle refusal, pins, timeouts."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servinglib.artifacts import find_pickles, verify_sha256, version_directory
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import ModelLoadError, VersionNotFoundError
-from servinglib.registry import ModelRegistry, VersionState
+from servinglib.lifecycle.artifacts import find_pickles, verify_sha256, version_directory
+from servinglib.lifecycle.registry import ModelRegistry, VersionState
 
 TRAVERSAL_PIECES = st.sampled_from(
     [

@@ -147,8 +147,8 @@ def test_a_tensor_runtime_prepares_whole_chunks_and_a_bad_row_fails_alone(tmp_pa
     import numpy as np
     from optimize_models import regressor_rows, write_regressor
 
-    from servinglib.config import load_config
-    from servinglib.registry import ModelRegistry
+    from servinglib.config.spec import load_config
+    from servinglib.lifecycle.registry import ModelRegistry
 
     version = tmp_path / "models" / "eta" / "1"
     version.mkdir(parents=True)

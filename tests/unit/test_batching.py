@@ -1,4 +1,4 @@
-"""servinglib.batching: Triton semantics, driven by an injected clock (no sleeps)."""
+"""servinglib.serving.batching: Triton semantics, driven by an injected clock (no sleeps)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from servinglib.batching import DynamicBatcher
-from servinglib.config import BatchPolicy
+from servinglib.config.spec import BatchPolicy
 from servinglib.errors import DeadlineExceededError, ModelNotReadyError, OverloadedError
+from servinglib.serving.batching import DynamicBatcher
 
 
 class Clock:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from servinglib.checks import run_selftest_suite, validate_service, write_junit
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from tests.conftest import run_cli as run
 
 

@@ -11,11 +11,11 @@ from benchmarks.composition_service import composition_service
 from servinglib.compose.combiners import CombineError, combine
 from servinglib.compose.order import step_order
 from servinglib.compose.spec import Reference, Step
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import ConfigError, DeadlineExceededError, PredictionError
-from servinglib.registry import VersionState
-from servinglib.service import InferenceRequest
-from servinglib.worker import Worker, build_worker
+from servinglib.lifecycle.registry import VersionState
+from servinglib.serving.assembly import Worker, build_worker
+from servinglib.serving.service import InferenceRequest
 
 PROJECT = '{name: project, model: linear, version: "1", inputs: {x: scale.x}}'
 

@@ -1,4 +1,4 @@
-"""servinglib.config: schema validation, error messages, overrides, path containment."""
+"""servinglib.config.spec: schema validation, error messages, overrides, path containment."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from servinglib.compose.spec import EnsembleVersion, Member
-from servinglib.config import (
+from servinglib.config.spec import (
     AdminConfig,
     BatchPolicy,
     ComparatorConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servinglib.config import ServerConfig
+from servinglib.config.spec import ServerConfig
 from servinglib.http._payload import envoy_timeout_ms
 
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servinglib.doctor import run_doctor
-from servinglib.starter import write_starter
+from servinglib.cli.doctor import run_doctor
+from servinglib.cli.starter import write_starter
 
 
 def test_doctor_reports_python_extras_builds_and_a_free_port(tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_a_taken_port_is_something_to_fix(tmp_path: Path) -> None:
         config = tmp_path / "servinglib.yaml"
         config.write_text(config.read_text() + f"server: {{port: {port}}}\n")
         result = subprocess.run(
-            [sys.executable, "-m", "servinglib.cli", "doctor"],
+            [sys.executable, "-m", "servinglib.cli.main", "doctor"],
             capture_output=True,
             text=True,
             cwd=tmp_path,

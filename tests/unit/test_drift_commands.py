@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from servinglib.cli import main
+from servinglib.cli.main import main
 from servinglib.serve.app import create_app_from_config
 from tests.conftest import FIXTURES
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from servinglib.config import ServerConfig, load_config
+from servinglib.config.spec import ServerConfig, load_config
 from servinglib.http.app import create_app
+from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.monitoring.metrics import ServingMetrics
-from servinglib.registry import ModelRegistry
-from servinglib.service import InferenceService
+from servinglib.serving.service import InferenceService
 
 
 def infer(client: FlaskClient, body: Any, **kwargs: Any) -> Any:

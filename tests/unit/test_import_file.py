@@ -31,7 +31,7 @@ def test_a_missing_file_names_its_path(tmp_path: Path) -> None:
 
 
 def test_two_services_with_a_models_package_each_get_their_own(tmp_path: Path) -> None:
-    from servinglib._importing import import_object
+    from servinglib.lifecycle.importing import import_object
 
     for team in ("eta", "fraud"):
         package = tmp_path / team / "collide_models"

@@ -69,7 +69,7 @@ def test_text_format_is_one_readable_line_and_the_default_on_a_terminal(
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     configure_logging("info", log_format)
-    log = logging.getLogger("servinglib.registry")
+    log = logging.getLogger("servinglib.lifecycle.registry")
     log.info("model %r version %r READY", "eta", "1", extra={"model": "eta"})
     try:
         raise KeyError("base_s")

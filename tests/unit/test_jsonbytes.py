@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from servinglib import jsonbytes
+from servinglib.wire import jsonbytes
 
 
 @pytest.mark.parametrize(

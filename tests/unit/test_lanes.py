@@ -1,4 +1,4 @@
-"""servinglib.lanes: a model's lane routes, checks inputs and learns how quick its calls are."""
+"""servinglib.serving.lanes: a model's lane routes, checks inputs and learns how quick its calls are."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import VersionNotFoundError
-from servinglib.lanes import QUICK_S, Lane
-from servinglib.registry import ModelRegistry
+from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.serving.lanes import QUICK_S, Lane
 
 
 class Clock:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from servinglib import loop_calls
+from servinglib.serving import loop_calls
 
 # pytest-timeout's default method owns SIGALRM during a test; its thread method leaves it.
 pytestmark = pytest.mark.timeout(60, method="thread")

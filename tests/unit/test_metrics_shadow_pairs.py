@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.monitoring.metrics import ServingMetrics
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "service"

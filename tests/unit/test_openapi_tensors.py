@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from servinglib._openapi_tensors import declared_inputs, element_schema
+from servinglib.describe.openapi_tensors import declared_inputs, element_schema
 from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
 from servinglib.serve.app import create_app_from_config

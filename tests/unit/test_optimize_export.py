@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servinglib.cli import main
+from servinglib.cli.main import main
 from servinglib.optimize._session import open_session
 from servinglib.optimize.errors import ExportVerificationError, OptimizeError
 from servinglib.optimize.export import export_module, load_module

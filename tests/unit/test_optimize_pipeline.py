@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servinglib.cli import main
-from servinglib.config import load_config
+from servinglib.cli.main import main
+from servinglib.config.spec import load_config
 from servinglib.errors import ConfigError
 from servinglib.model import Model
 from servinglib.optimize.accuracy import evaluate
@@ -492,7 +492,7 @@ def test_public_names_resolve_lazily_to_the_api_not_to_submodules() -> None:
         assert value.__module__ == f"servinglib.optimize.{optimize._EXPORTS[name]}", name
     # `servinglib --help` must not pay for numpy, onnx or torch through the optimize parser
     code = (
-        "import sys, servinglib.cli as c; c._parser(); "
+        "import sys, servinglib.cli.main as c; c._parser(); "
         "print(sorted(m for m in ('numpy', 'onnx', 'onnxruntime', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -263,7 +263,7 @@ def test_invariance_flags_dynamic_int8_with_an_outlier_row_and_not_static(
 def test_cli_graph_and_quantize(
     mlp: Path, calibration: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from servinglib.cli import main
+    from servinglib.cli.main import main
 
     basic = tmp_path / "basic.onnx"
     assert main(["optimize", "graph", str(mlp), "--level", "basic", "--out", str(basic)]) == 0

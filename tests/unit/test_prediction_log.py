@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servinglib.config import PredictionLogConfig
+from servinglib.config.spec import PredictionLogConfig
 from servinglib.monitoring.prediction_log import (
     PredictionLogger,
     PredictionRecord,

@@ -13,10 +13,10 @@ MODULES = [
     "servinglib",
     "servinglib.errors",
     "servinglib.model",
-    "servinglib.config",
-    "servinglib.selftest",
-    "servinglib.registry",
-    "servinglib.service",
+    "servinglib.config.spec",
+    "servinglib.lifecycle.selftest",
+    "servinglib.lifecycle.registry",
+    "servinglib.serving.service",
 ]
 
 

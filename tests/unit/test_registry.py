@@ -1,4 +1,4 @@
-"""servinglib.registry: the lifecycle state machine and version routing."""
+"""servinglib.lifecycle.registry: the lifecycle state machine and version routing."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import ModelNotFoundError, ModelNotReadyError, VersionNotFoundError
-from servinglib.registry import ModelRegistry, VersionState
+from servinglib.lifecycle.registry import ModelRegistry, VersionState
 
 MODEL_CODE = """
 from pathlib import Path

@@ -1,13 +1,13 @@
-"""servinglib.rollout: workers converge to the desired state; a rollback never waits on loads."""
+"""servinglib.lifecycle.rollout: workers converge to the desired state; a rollback never waits on loads."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from servinglib.config import load_config
-from servinglib.registry import ModelRegistry, VersionState
-from servinglib.rollout import (
+from servinglib.config.spec import load_config
+from servinglib.lifecycle.registry import ModelRegistry, VersionState
+from servinglib.lifecycle.rollout import (
     DesiredState,
     RolloutWatcher,
     apply_desired_state,

@@ -1,10 +1,10 @@
-"""servinglib.routing: weighted, sticky version choice."""
+"""servinglib.serving.routing: weighted, sticky version choice."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from servinglib.routing import TrafficSplit
+from servinglib.serving.routing import TrafficSplit
 
 
 def test_split_over_distinct_keys_matches_the_weights() -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import InvalidInputError, ModelLoadError
-from servinglib.registry import ModelRegistry, VersionState
+from servinglib.lifecycle.registry import ModelRegistry, VersionState
 from servinglib.runtimes.onnx import choose_providers
 from servinglib.serve.app import create_app_from_config
 

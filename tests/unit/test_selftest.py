@@ -1,4 +1,4 @@
-"""servinglib.selftest: comparison rules and test_data.json parsing."""
+"""servinglib.lifecycle.selftest: comparison rules and test_data.json parsing."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from servinglib.errors import SelfTestDataError
+from servinglib.lifecycle.selftest import compare_outputs, load_test_data, run_selftests
 from servinglib.model import Model, SelfTestCase, Tolerance
-from servinglib.selftest import compare_outputs, load_test_data, run_selftests
 
 TOL = Tolerance(atol=0.01, rtol=0.0)
 

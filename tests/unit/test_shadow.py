@@ -1,4 +1,4 @@
-"""servinglib.shadow: comparators, and a bounded router that never touches the primary."""
+"""servinglib.shadow.router: comparators, and a bounded router that never touches the primary."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from servinglib.config import ComparatorConfig, load_config
-from servinglib.registry import ModelRegistry
-from servinglib.shadow import Comparison, ShadowRouter, make_comparator
+from servinglib.config.spec import ComparatorConfig, load_config
+from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.shadow.router import Comparison, ShadowRouter, make_comparator
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "shadowing"
 
@@ -159,7 +159,7 @@ def test_shadow_copies_start_only_after_the_response_is_sent(tmp_path: Path) -> 
 
     from servinglib.http.app import create_app
     from servinglib.monitoring.metrics import ServingMetrics
-    from servinglib.service import InferenceService
+    from servinglib.serving.service import InferenceService
 
     registry = registry_with(tmp_path, "      - {version: '4'}\n")
     recorder = Recorder()

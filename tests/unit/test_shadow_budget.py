@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servinglib._shadow_budget import CpuBudget
-from servinglib.shadow import ShadowRouter
+from servinglib.shadow.budget import CpuBudget
+from servinglib.shadow.router import ShadowRouter
 from tests.unit.test_shadow import Recorder, registry_with
 
 

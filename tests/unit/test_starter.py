@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from servinglib.starter import STARTER_FILES
+from servinglib.cli.starter import STARTER_FILES
 from tests.conftest import run_cli as run
 
 README = Path(__file__).parents[2] / "README.md"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servinglib.batch_rows import split_rows, splits_rows, stack_rows
-from servinglib.config import BatchPolicy
+from servinglib.config.spec import BatchPolicy
+from servinglib.describe.triton_config import tensor_metadata, triton_model_config
 from servinglib.errors import InvalidInputError
 from servinglib.model import TensorSpec
-from servinglib.triton_config import tensor_metadata, triton_model_config
+from servinglib.wire.batch_rows import split_rows, splits_rows, stack_rows
 
 ONNX_IN = (TensorSpec("pixels", "FP32", (-1, 64)),)
 ONNX_OUT = (TensorSpec("label", "INT64", (-1,)),)

@@ -1,4 +1,4 @@
-"""servinglib.watchdog: a hung call is counted lost, its version turns not ready, the
+"""servinglib.serving.watchdog: a hung call is counted lost, its version turns not ready, the
 worker retires; other models keep answering. A real worker over the misbehaving model."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import DeadlineExceededError, ModelNotReadyError
-from servinglib.service import InferenceRequest
-from servinglib.watchdog import resident_memory_bytes
-from servinglib.worker import build_worker
+from servinglib.serving.assembly import build_worker
+from servinglib.serving.service import InferenceRequest
+from servinglib.serving.watchdog import resident_memory_bytes
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "reliability" / "servinglib.yaml"
 

@@ -1,4 +1,4 @@
-"""servinglib.worker: one worker process assembled from a config, served and closed."""
+"""servinglib.serving.assembly: one worker process assembled from a config, served and closed."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.http.app import create_app
-from servinglib.service import InferenceRequest
-from servinglib.worker import build_worker
+from servinglib.serving.assembly import build_worker
+from servinglib.serving.service import InferenceRequest
 
 
 def test_a_worker_serves_its_models_and_close_flushes_the_prediction_log(

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from servinglib.checks import run_all_selftests
-from servinglib.config import load_config
-from servinglib.registry import VersionState
+from servinglib.config.spec import load_config
+from servinglib.lifecycle.registry import VersionState
 from servinglib.testing import import_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from servinglib.checks import run_all_selftests
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
+from servinglib.lifecycle.registry import VersionState
 from servinglib.optimize import QuantizeOptions, quantize_model
-from servinglib.registry import VersionState
 from servinglib.serve.app import create_app_from_config
 from servinglib.testing import import_file
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from servinglib.checks import run_all_selftests
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import InvalidInputError
-from servinglib.registry import VersionState
+from servinglib.lifecycle.registry import VersionState
 from servinglib.testing import import_file
 
 EXAMPLE = Path(__file__).resolve().parent.parent

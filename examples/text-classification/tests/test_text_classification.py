@@ -20,9 +20,9 @@ import requests
 import yaml
 
 from servinglib.checks import run_all_selftests
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.errors import InvalidInputError
-from servinglib.registry import VersionState
+from servinglib.lifecycle.registry import VersionState
 from servinglib.testing import import_file
 from tests.conftest import LiveServer, launch, stop
 from tests.integration.test_shadow_traffic_server import total

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.monitoring.drift.profile import (
     Profile,
     ProfileError,
@@ -37,7 +37,7 @@ def profile_version(
     Raises:
         ProfileError, ConfigError, ModelLoadError: naming what is wrong.
     """
-    from servinglib.registry import ModelRegistry
+    from servinglib.lifecycle.registry import ModelRegistry
 
     config = load_config(config_path)
     registry = ModelRegistry(config)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from servinglib.config import load_config
+from servinglib.config.spec import load_config
 from servinglib.monitoring.drift.profile import Profile, ProfileError, WindowSpec
 from servinglib.monitoring.drift.sources import read_prediction_log
 from servinglib.monitoring.drift.version import VersionMonitor
@@ -27,7 +27,7 @@ def write_drift_report(
     Raises:
         ProfileError: no prediction log, or the version has no profile.
     """
-    from servinglib.registry import ModelRegistry
+    from servinglib.lifecycle.registry import ModelRegistry
 
     config = load_config(config_path)
     if config.prediction_log is None:

@@ -24,11 +24,11 @@ from typing import Any
 
 import jsonschema
 
-from servinglib._schema_errors import explain_schema_error
-from servinglib._tracebacks import format_exception, user_frame
+from servinglib.config.schema_errors import explain_schema_error
 from servinglib.errors import SelfTestDataError
-from servinglib.jsonbytes import to_plain
+from servinglib.lifecycle.tracebacks import format_exception, user_frame
 from servinglib.model import Model, SelfTestCase, Tolerance
+from servinglib.wire.jsonbytes import to_plain
 
 __all__ = [
     "TEST_DATA_FILE",

@@ -279,7 +279,7 @@ def _admin(args: argparse.Namespace) -> int:
 
 def _selftest(config_path: str, junit: Path | None) -> int:
     from servinglib.checks import format_report, run_selftest_suite, write_junit
-    from servinglib.config import load_config
+    from servinglib.config.spec import load_config
     from servinglib.monitoring.logs import configure_logging
 
     config = load_config(config_path)
@@ -293,7 +293,7 @@ def _selftest(config_path: str, junit: Path | None) -> int:
 
 
 def _init(directory: Path, *, force: bool) -> int:
-    from servinglib.starter import write_starter
+    from servinglib.cli.starter import write_starter
 
     written = write_starter(directory, force=force)
     for path in written:
@@ -307,7 +307,7 @@ def _init(directory: Path, *, force: bool) -> int:
 
 
 def _doctor(config_path: Path) -> int:
-    from servinglib.doctor import run_doctor
+    from servinglib.cli.doctor import run_doctor
 
     findings = run_doctor(config_path)
     for finding in findings:

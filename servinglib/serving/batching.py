@@ -21,7 +21,7 @@ Calls always run on the executor threads, never on the caller's, so the caller c
 The queue is bounded: a full queue refuses at once (503 + Retry-After upstream), and so
 does a request the queue cannot answer before its deadline (the batches ahead at the
 moving average batch duration). A request whose deadline passed while it queued is not
-run. A watchdog (:mod:`servinglib.watchdog`) asks :meth:`DynamicBatcher.newly_lost` for
+run. A watchdog (:mod:`servinglib.serving.watchdog`) asks :meth:`DynamicBatcher.newly_lost` for
 runners stuck far past their deadline; once every runner is lost the version refuses.
 When a batch raises, it is bisected so that only the poison input fails: Triton, MLServer
 and Ray Serve fail the whole batch.
@@ -41,18 +41,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from servinglib._isolation import run_isolating
-from servinglib.config import BatchPolicy
+from servinglib.config.spec import BatchPolicy
 from servinglib.errors import (
     DeadlineExceededError,
     ModelNotReadyError,
     OverloadedError,
     ServinglibError,
 )
+from servinglib.serving.isolation import run_isolating
 
 __all__ = ["Arrival", "BatchFunction", "BatchListener", "DynamicBatcher", "run_isolating"]
 
-log = logging.getLogger("servinglib.batching")
+log = logging.getLogger("servinglib.serving.batching")
 
 BatchFunction = Callable[[list[Any]], Sequence[Any]]
 

@@ -33,18 +33,18 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from servinglib.config import ServiceConfig, load_config
+from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import (
     DeadlineExceededError,
     ModelNotReadyError,
     ServinglibError,
     VersionNotFoundError,
 )
-from servinglib.registry import ModelRegistry, ReadyVersion
+from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
 
 __all__ = ["ShadowProcess", "ShadowProcessError"]
 
-log = logging.getLogger("servinglib.shadow")
+log = logging.getLogger("servinglib.shadow.router")
 
 NICENESS = 19  # the lowest CPU priority: the worker's threads run first when both want a core
 
@@ -162,7 +162,7 @@ class ShadowProcess:
                 [
                     sys.executable,
                     "-m",
-                    "servinglib._shadow_process",
+                    "servinglib.shadow.process",
                     str(self._config_path),
                     str(theirs.fileno()),
                 ],
@@ -308,7 +308,7 @@ def _exit_with_parent(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m servinglib._shadow_process CONFIG FD``: serve copies until EOF."""
+    """``python -m servinglib.shadow.process CONFIG FD``: serve copies until EOF."""
     config_path, fd = Path(argv[0]), int(argv[1])
     _lowest_priority()  # first: every thread started later inherits it
     for stop in (signal.SIGINT, signal.SIGTERM):  # a signal to the group: the worker decides

@@ -15,20 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servinglib.compose.calls import LaneCaller
-from servinglib.config import ServiceConfig, load_config
+from servinglib.config.spec import ServiceConfig, load_config
+from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.lifecycle.rollout import RolloutWatcher
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
-from servinglib.registry import ModelRegistry
-from servinglib.rollout import RolloutWatcher
-from servinglib.service import InferenceService
-from servinglib.shadow import ShadowRouter
-from servinglib.watchdog import Watchdog
+from servinglib.serving.service import InferenceService
+from servinglib.serving.watchdog import Watchdog
+from servinglib.shadow.router import ShadowRouter
 
 __all__ = ["Worker", "build_worker", "load_worker"]
 
-log = logging.getLogger("servinglib.worker")
+log = logging.getLogger("servinglib.serving.assembly")
 
 
 @dataclass(frozen=True)

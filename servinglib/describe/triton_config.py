@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from servinglib.batch_rows import splits_rows
-from servinglib.config import BatchPolicy
+from servinglib.config.spec import BatchPolicy
 from servinglib.model import TensorSpec
+from servinglib.wire.batch_rows import splits_rows
 from servinglib.wire.tensor_bounds import dimension_bounds
 
 __all__ = ["tensor_metadata", "triton_model_config"]

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 __all__ = ["LOOP_CALL_LIMIT_S", "LoopCallOverran", "available", "call_bounded", "run_on_loop"]
 
-log = logging.getLogger("servinglib.service")
+log = logging.getLogger("servinglib.serving.service")
 
 T = TypeVar("T")
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from servinglib._importing import import_object
-from servinglib._shadow_budget import CpuBudget
-from servinglib._shadow_process import ShadowProcess
-from servinglib.config import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
+from servinglib.config.spec import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
 from servinglib.errors import ConfigError, DeadlineExceededError, ServinglibError
+from servinglib.lifecycle.importing import import_object
+from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.lifecycle.selftest import compare_outputs, to_plain
 from servinglib.model import Tolerance
-from servinglib.registry import ModelRegistry
-from servinglib.selftest import compare_outputs, to_plain
+from servinglib.shadow.budget import CpuBudget
+from servinglib.shadow.process import ShadowProcess
 
 __all__ = [
     "Comparison",
@@ -38,7 +38,7 @@ __all__ = [
     "make_comparator",
 ]
 
-log = logging.getLogger("servinglib.shadow")
+log = logging.getLogger("servinglib.shadow.router")
 
 
 @dataclass(frozen=True)

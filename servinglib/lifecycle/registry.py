@@ -21,20 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from servinglib._importing import import_model_class
-from servinglib._load_timeout import LoadFailedError as _LoadFailedError
-from servinglib._load_timeout import with_timeout as _with_timeout
-from servinglib._tracebacks import user_frame
-from servinglib.artifacts import (
-    NAME_PATTERN,
-    discover_versions,
-    find_pickles,
-    verify_sha256,
-    version_directory,
-    version_sort_key,
-)
 from servinglib.compose.order import load_order
-from servinglib.config import ModelConfig, ServiceConfig
+from servinglib.config.spec import ModelConfig, ServiceConfig
 from servinglib.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
@@ -42,8 +30,25 @@ from servinglib.errors import (
     VersionNotFoundError,
     public_reason,
 )
+from servinglib.lifecycle.artifacts import (
+    NAME_PATTERN,
+    discover_versions,
+    find_pickles,
+    verify_sha256,
+    version_directory,
+    version_sort_key,
+)
+from servinglib.lifecycle.importing import import_model_class
+from servinglib.lifecycle.load_timeout import LoadFailedError as _LoadFailedError
+from servinglib.lifecycle.load_timeout import with_timeout as _with_timeout
+from servinglib.lifecycle.selftest import (
+    SelfTestReport,
+    compare_outputs,
+    load_test_data,
+    run_selftests,
+)
+from servinglib.lifecycle.tracebacks import user_frame
 from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
-from servinglib.selftest import SelfTestReport, compare_outputs, load_test_data, run_selftests
 
 __all__ = [
     "NAME_PATTERN",
@@ -55,7 +60,7 @@ __all__ = [
     "discover_versions",
 ]
 
-log = logging.getLogger("servinglib.registry")
+log = logging.getLogger("servinglib.lifecycle.registry")
 
 
 class VersionState(enum.Enum):

@@ -18,9 +18,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from servinglib import loop_calls
-from servinglib.batch_rows import split_rows, splits_rows, stack_rows
-from servinglib.batching import BatchListener, DynamicBatcher
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -29,8 +26,11 @@ from servinglib.errors import (
     OverloadedError,
     PredictionError,
 )
-from servinglib.lanes import Lane, RejectionListener
-from servinglib.registry import ModelRegistry, ReadyVersion
+from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
+from servinglib.serving import loop_calls
+from servinglib.serving.batching import BatchListener, DynamicBatcher
+from servinglib.serving.lanes import Lane, RejectionListener
+from servinglib.wire.batch_rows import split_rows, splits_rows, stack_rows
 
 __all__ = [
     "DriftObserver",
@@ -43,7 +43,7 @@ __all__ = [
     "run_followups",
 ]
 
-log = logging.getLogger("servinglib.service")
+log = logging.getLogger("servinglib.serving.service")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,11 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from servinglib.service import InferenceService
+from servinglib.serving.service import InferenceService
 
 __all__ = ["LostCallListener", "Watchdog", "resident_memory_bytes"]
 
-log = logging.getLogger("servinglib.watchdog")
+log = logging.getLogger("servinglib.serving.watchdog")
 
 
 class LostCallListener(Protocol):

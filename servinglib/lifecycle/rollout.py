@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ServinglibError
-from servinglib.registry import ModelRegistry, VersionState
+from servinglib.lifecycle.registry import ModelRegistry, VersionState
 
 __all__ = [
     "DESIRED_FILE",
@@ -38,7 +38,7 @@ __all__ = [
     "write_desired_state",
 ]
 
-log = logging.getLogger("servinglib.rollout")
+log = logging.getLogger("servinglib.lifecycle.rollout")
 
 DESIRED_FILE = "desired.json"
 

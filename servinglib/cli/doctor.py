@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from servinglib.config import ServiceConfig, load_config
+from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ServinglibError
 from servinglib.serve.ports import port_is_free
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from importlib.metadata import version as package_version
 from typing import Any
 
-from servinglib._openapi_drift import DRIFT_PATH, DRIFT_REPORT_SCHEMA, drift_operation
-from servinglib._openapi_tensors import PARAMETERS, declared_inputs, declared_outputs
-from servinglib.config import ServiceConfig
+from servinglib.config.spec import ServiceConfig
+from servinglib.describe.openapi_drift import DRIFT_PATH, DRIFT_REPORT_SCHEMA, drift_operation
+from servinglib.describe.openapi_tensors import PARAMETERS, declared_inputs, declared_outputs
 from servinglib.model import Model
 from servinglib.wire.datatypes import DATATYPES
 from servinglib.wire.tensor_checks import MAX_DIMENSIONS

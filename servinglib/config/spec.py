@@ -20,11 +20,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from servinglib._config_checks import check_routed_versions, resolve_inside, resolve_log_url
-from servinglib._config_env import ENV_PREFIX, apply_env_overrides
-from servinglib._schema_errors import validate_against_schema
 from servinglib.compose.checks import check_compositions
 from servinglib.compose.spec import Composition, parse_composition
+from servinglib.config.checks import check_routed_versions, resolve_inside, resolve_log_url
+from servinglib.config.env import ENV_PREFIX, apply_env_overrides
+from servinglib.config.schema_errors import validate_against_schema
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 

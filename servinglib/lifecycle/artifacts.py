@@ -17,10 +17,10 @@ from typing import IO
 
 import numpy as np
 
-from servinglib.config import ModelConfig
+from servinglib.config.spec import ModelConfig
 from servinglib.errors import ModelLoadError, VersionNotFoundError
 
-log = logging.getLogger("servinglib.registry")
+log = logging.getLogger("servinglib.lifecycle.registry")
 
 __all__ = [
     "NAME_PATTERN",

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import jsonschema
 
-from servinglib.batching import BatchFunction, BatchListener, DynamicBatcher
-from servinglib.config import BatchPolicy, ModelConfig
+from servinglib.config.spec import BatchPolicy, ModelConfig
 from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotFoundError
+from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
 from servinglib.model import REQUEST_DEADLINE, Model
-from servinglib.registry import ModelRegistry, ReadyVersion
-from servinglib.routing import TrafficSplit
+from servinglib.serving.batching import BatchFunction, BatchListener, DynamicBatcher
+from servinglib.serving.routing import TrafficSplit
 from servinglib.wire.tensor_bounds import (
     check_bounds,
     check_dimensions,
@@ -31,7 +31,7 @@ from servinglib.wire.tensor_checks import check_declared_datatype
 
 __all__ = ["QUICK_S", "Lane", "RejectionListener", "to_key"]
 
-log = logging.getLogger("servinglib.service")
+log = logging.getLogger("servinglib.serving.service")
 
 # An unbatched model whose calls take less than this (moving average) runs on the event
 # loop itself: handing it to a thread and back costs more than the call (about 20 us of

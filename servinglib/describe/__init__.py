@@ -1,0 +1,1 @@
+"""Descriptions of what is served: the OpenAPI document and Triton model configurations."""

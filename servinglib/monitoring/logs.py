@@ -28,7 +28,7 @@ class _Formatter(logging.Formatter):
     """Tracebacks without the ``^^^^`` markers, safe to format on any thread."""
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
-        """The traceback of ``ei`` (see :func:`servinglib.lifecycle.tracebacks.format_exception`)."""
+        """The traceback of ``ei`` (see ``servinglib.lifecycle.tracebacks``)."""
         error = ei[1]
         if error is None:
             return super().formatException(ei)
@@ -62,7 +62,10 @@ class TextFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Render ``record`` as one line (and the traceback, when there is one)."""
         clock = time.strftime("%H:%M:%S", time.localtime(record.created))
-        logger = record.name.removeprefix("servinglib.")
+        # servinglib's own loggers by their last part (the JSON format keeps the whole name)
+        logger = record.name
+        if logger.startswith("servinglib."):
+            logger = logger.rpartition(".")[2]
         line = f"{clock} {record.levelname.lower():<7} {logger:<10} {record.getMessage()}"
         extra = sorted(vars(record).keys() - _STANDARD_ATTRS)
         fields = [f"{key}={getattr(record, key)}" for key in extra if not key.startswith("_")]

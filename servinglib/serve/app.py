@@ -1,4 +1,4 @@
-"""The servinglib app of a gunicorn worker: a :class:`~servinglib.serving.assembly.Worker` and its HTTP app.
+"""The servinglib app of a gunicorn worker: a serving Worker and its HTTP app.
 
 The config file comes from ``SERVINGLIB_CONFIG`` (default ``servinglib.yaml``); the admin
 API's desired-state directory, when the master enabled it, from ``SERVINGLIB_ROLLOUT_DIR``.

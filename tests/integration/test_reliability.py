@@ -284,7 +284,7 @@ def test_slowloris_and_idle_connections_leave_room_for_real_requests(
     command = [
         "bash",
         "-c",
-        f"ulimit -n 1024 && exec {sys.executable} -m servinglib.cli.main serve --config {config} "
+        f"ulimit -n 1024 && exec {sys.executable} -m servinglib serve --config {config} "
         f"--host 127.0.0.1 --workers 2 --worker {worker}",
     ]
     server = launch(config, tmp_path, command=command)

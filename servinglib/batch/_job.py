@@ -16,6 +16,8 @@ from servinglib.batch._loading import (
     scorer_for,
 )
 from servinglib.batch._local import WorkerSpec, run_local
+from servinglib.batch._manifest import input_identity
+from servinglib.batch._overlap import check_no_overlap
 from servinglib.batch._parts import OutputDirectory, PartStats
 from servinglib.batch._progress import Progress
 from servinglib.batch._source import InputSource, open_input
@@ -84,6 +86,7 @@ def predict(job: BatchJob) -> BatchSummary:
         BatchAbortedError: too many error rows, or a worker failed.
     """
     _check_options(job)
+    check_no_overlap(job.input, job.output)
     source = open_input(job.input, job.input_format)
     config, record = load_version(job.config, job.model, job.version, job.workers)
     layout = _layout(job, source, record)
@@ -91,7 +94,7 @@ def predict(job: BatchJob) -> BatchSummary:
     description: dict[str, Any] = {
         "model": record.model,
         "version": record.version,
-        "input": source.fingerprint(),
+        "input": input_identity(source.files),
         "input_format": source.format,
         "output_format": "jsonl" if job.output_format == "jsonl" else "parquet",
         "id_column": job.id_column,
@@ -101,20 +104,24 @@ def predict(job: BatchJob) -> BatchSummary:
         "layout": layout.to_dict(),
     }
     out = OutputDirectory(job.output, job.output_format)
-    out.start(description, resume=job.resume, overwrite=job.overwrite)
-    summary = _run(job, source, config, record, layout, batch_size, out)
-    out.write_manifest(
-        {
-            "job": description,
-            "complete": True,
+    out.start(description, len(source.units), resume=job.resume, overwrite=job.overwrite)
+    try:
+        summary = _run(job, source, config, record, layout, batch_size, out)
+        final = {
             "engine": summary.engine,
             "rows": summary.rows,
             "errors": summary.errors,
             "files": [f.name for f in summary.files],
         }
-    )
-    _judge(job, summary.rows, summary.errors, final=True)
-    return summary
+        _judge(job, summary.rows, summary.errors, final=True)
+    except BatchAbortedError as e:
+        out.finish({"failed": str(e)}, complete=False)  # parts kept for --resume
+        raise
+    else:
+        out.finish(final, complete=True)
+        return summary
+    finally:
+        out.close()
 
 
 def _run(
@@ -129,7 +136,7 @@ def _run(
     done: dict[int, PartStats] = {}
     for unit in source.units:
         stats = out.done(unit.index)
-        if stats is not None:
+        if stats is not None and unit.rows in (None, stats.rows):
             done[unit.index] = stats
     initial = (sum(s.rows for s in done.values()), sum(s.errors for s in done.values()))
     pending = [unit for unit in source.units if unit.index not in done]

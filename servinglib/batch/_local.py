@@ -98,7 +98,7 @@ def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
             spec.out,
             spec.batch_size,
             progress,
-            lambda unit, _: results.put(("done", unit.index)),
+            lambda unit, stats: results.put(("done", unit.index, stats)),
             overlap=overlaps_io(spec.workers),
         )
     except Exception as e:
@@ -130,6 +130,7 @@ def run_local(
                 spec.out,
                 spec.batch_size,
                 progress,
+                lambda unit, stats: spec.out.record(unit.index, stats),
                 overlap=overlaps_io(1),
             )
         except UnitFailedError as e:
@@ -167,6 +168,7 @@ def run_local(
             if message[0] == "progress":
                 progress(message[1], message[2])
             elif message[0] == "done":
+                spec.out.record(message[1], message[2])
                 remaining -= 1
             elif message[0] == "ready":
                 loading -= 1

@@ -1,0 +1,127 @@
+"""servinglib batch-predict never destroys data or hangs: the real command, as a subprocess.
+
+--overwrite deletes only what a manifest lists; an output overlapping the input is refused;
+a hung model call becomes error rows; --resume trusts only parts that match their record and
+refuses a changed input; one job at a time per output directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CONFIG = Path(__file__).parent.parent / "fixtures" / "batch" / "servinglib.yaml"
+
+
+def _write(path: Path, first: int, n: int, row_group_size: int = 100, **options: str) -> Path:
+    rows = [{"id": i, "x": i, "extra": []} for i in range(first, first + n)]
+    schema = pa.schema([("id", pa.int64()), ("x", pa.int64()), ("extra", pa.list_(pa.float64()))])
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema), path, row_group_size=row_group_size, **options
+    )
+    return path
+
+
+def _batch(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable, "-m", "servinglib.cli.main", "batch-predict", "--config", str(CONFIG),
+        "--model", "summer", "--id-column", "id", "--no-progress", "--max-error-rate", "0.2",
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(
+        command,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder`` (links followed) but locks, by relative path."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "_lock"
+    }
+
+
+@pytest.fixture
+def spark(tmp_path: Path) -> Path:
+    """A Spark-style input directory: part-NNNNN-<uuid>.snappy.parquet and an unrelated CSV."""
+    folder = tmp_path / "spark"
+    folder.mkdir()
+    for i in range(2):
+        name = f"part-{i:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        _write(folder / name, 100 * i, 100, compression="snappy")
+    (folder / "part-99999.csv").write_text("id,x\n1,2\n")
+    (folder / "_SUCCESS").write_text("")
+    return folder
+
+
+def test_overwrite_into_a_spark_input_deletes_nothing_and_exits_2(
+    tmp_path: Path, spark: Path
+) -> None:
+    before = _digests(tmp_path)
+    first = next(spark.glob("part-00000-*.parquet"))
+    (tmp_path / "link").symlink_to(spark)
+    cases = [  # the rest of the overlap rules: tests/unit/test_batch_overlap.py
+        ("--input", str(spark), "--output", str(spark)),  # the same directory
+        ("--input", str(first), "--output", str(tmp_path / "link")),  # a link to its folder
+        ("--input", str(tmp_path), "--output", str(spark / "scores")),  # nested in the input
+    ]
+    for case in cases:
+        done = _batch(*case, "--overwrite")
+        assert done.returncode == 2, (case, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert "outside the input" in done.stderr, done.stderr
+        assert _digests(tmp_path) == before, case  # every input byte in place
+    assert not (spark / "scores").exists()
+    assert not (tmp_path / "scores").exists()
+
+
+def test_overwrite_deletes_only_what_the_manifest_lists(tmp_path: Path, spark: Path) -> None:
+    out, spark_files = tmp_path / "out", f"{spark}/*.parquet"
+    done = _batch("--input", spark_files, "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["complete"] is True
+    assert sorted(manifest["parts"]) == ["part-00000.parquet", "part-00001.parquet"]
+
+    (out / "part-99999.csv").write_text("not a part of this job\n")  # somebody else's file
+    before = _digests(out)
+    refused = _batch("--input", spark_files, "--output", str(out), "--overwrite")
+    assert refused.returncode == 2, refused.stderr
+    assert "part-99999.csv" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert _digests(out) == before  # nothing deleted, not even the job's own parts
+
+    (out / "part-99999.csv").unlink()
+    again = _batch("--input", spark_files, "--output", str(out), "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert pq.read_table(out).column("id").to_pylist() == list(range(200))
+
+
+def test_overwrite_refuses_a_directory_without_a_manifest(tmp_path: Path, spark: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    foreign = _write(out / "part-00000.parquet", 0, 10)  # named like a part, not ours
+    digest = hashlib.sha256(foreign.read_bytes()).hexdigest()
+    refused = _batch("--input", f"{spark}/*.parquet", "--output", str(out), "--overwrite")
+    assert refused.returncode == 2, refused.stderr
+    assert "no _manifest.json" in refused.stderr
+    assert hashlib.sha256(foreign.read_bytes()).hexdigest() == digest

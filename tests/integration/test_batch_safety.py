@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -125,3 +126,68 @@ def test_overwrite_refuses_a_directory_without_a_manifest(tmp_path: Path, spark:
     assert refused.returncode == 2, refused.stderr
     assert "no _manifest.json" in refused.stderr
     assert hashlib.sha256(foreign.read_bytes()).hexdigest() == digest
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def test_a_call_that_hangs_becomes_error_rows_and_its_worker_is_replaced(
+    tmp_path: Path,
+) -> None:
+    source = _write(tmp_path / "in.parquet", 0, 300)  # 3 units of 100 rows
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {"SERVINGLIB_TEST_BATCH_HANG": "150:151", "SERVINGLIB_TEST_BATCH_HANG_PIDS": str(pids)}
+    started = time.monotonic()
+    done = _batch(
+        "--input", str(source), "--output", str(tmp_path / "out"), "--batch-size", "10",
+        "--call-timeout-s", "2", env=env,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert "300 rows, 11 errors" in done.stdout  # 10 rows of the hung call, x = 13
+    rows = pq.read_table(tmp_path / "out").to_pylist()
+    assert [r["id"] for r in rows] == list(range(300))  # every row once, in order
+    timed_out = [r["id"] for r in rows if (r["error"] or "").startswith("prediction timed out")]
+    assert timed_out == list(range(150, 160))  # the call's rows, and only them
+    assert all(r["total"] == r["id"] + 0.5 for r in rows if r["error"] is None)  # offset 0.5
+    (hung,) = (int(p.name) for p in pids.iterdir())  # the model hung once, in one worker
+    assert not _alive(hung)  # killed and replaced
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["complete"] is True
+    print(f"one hung call, 2 s timeout: the job took {elapsed:.1f} s")
+
+
+def test_a_model_that_hangs_on_every_call_stops_the_job(tmp_path: Path) -> None:
+    source = _write(tmp_path / "in.parquet", 1000, 100)  # x >= 1000: self-tests pass
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {"SERVINGLIB_TEST_BATCH_HANG": "1000:2000", "SERVINGLIB_TEST_BATCH_HANG_PIDS": str(pids)}
+    started = time.monotonic()
+    done = _batch(
+        "--input", str(source), "--output", str(tmp_path / "out"), "--batch-size", "10",
+        "--call-timeout-s", "1", env=env,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "the model hangs: 3 calls in a row ran past --call-timeout-s 1 s" in done.stderr
+    assert "Traceback" not in done.stderr
+    hung = [int(p.name) for p in pids.iterdir()]
+    assert len(hung) == 3  # three workers, each killed on its first call
+    assert not any(_alive(pid) for pid in hung)
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["complete"] is False
+    assert "the model hangs" in manifest["failed"]
+    print(f"every call hangs, 1 s timeout: the job stopped after {elapsed:.1f} s")

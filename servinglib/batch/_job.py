@@ -101,6 +101,15 @@ def predict(job: BatchJob) -> BatchSummary:
     _check_options(job)
     check_no_overlap(job.input, job.output)
     source = open_input(job.input, job.input_format)
+    out = OutputDirectory(job.output, job.output_format)
+    out.lock()  # before loading the model: a busy output is refused at once
+    try:
+        return _predict(job, source, out)
+    finally:
+        out.close()
+
+
+def _predict(job: BatchJob, source: InputSource, out: OutputDirectory) -> BatchSummary:
     config, record = load_version(job.config, job.model, job.version, job.workers)
     layout = _layout(job, source, record)
     batch_size = _batch_size(job, config)
@@ -116,7 +125,6 @@ def predict(job: BatchJob) -> BatchSummary:
         "batch_size": batch_size,
         "layout": layout.to_dict(),
     }
-    out = OutputDirectory(job.output, job.output_format)
     out.start(description, len(source.units), resume=job.resume, overwrite=job.overwrite)
     try:
         summary = _run(job, source, config, record, layout, batch_size, out)
@@ -130,11 +138,8 @@ def predict(job: BatchJob) -> BatchSummary:
     except BatchAbortedError as e:
         out.finish({"failed": str(e)}, complete=False)  # parts kept for --resume
         raise
-    else:
-        out.finish(final, complete=True)
-        return summary
-    finally:
-        out.close()
+    out.finish(final, complete=True)
+    return summary
 
 
 def _run(

@@ -62,18 +62,37 @@ class OutputDirectory:
         self.path = Path(path)
         self.format = output_format
         self._lock: OutputLock | None = None
+        self._created = False  # by lock(): removed again when the job is refused
         self._manifest: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # worker processes write parts only: neither the lock nor the manifest travels
-        return {**self.__dict__, "_lock": None, "_manifest": {}}
+        return {**self.__dict__, "_lock": None, "_manifest": {}, "_created": False}
 
     def part_path(self, index: int) -> Path:
         """Where the part of work unit ``index`` lives."""
         return self.path / f"part-{index:05d}.{_EXTENSIONS[self.format]}"
 
+    def lock(self) -> None:
+        """Create the directory if need be and take its lock, before anything else.
+
+        Raises:
+            ConfigError: the path is not a directory, or another job holds the lock.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigError(f"--output {str(self.path)!r} exists and is not a directory")
+        self._created = not self.path.exists()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock = OutputLock(self.path)
+        try:
+            self._lock.acquire()
+        except BaseException:
+            self._lock = None
+            self.close()
+            raise
+
     def start(self, job: Mapping[str, Any], units: int, *, resume: bool, overwrite: bool) -> None:
-        """Lock the directory, then create the manifest or check that ``--resume`` may go on.
+        """Create the manifest, or check that ``--resume`` may go on (under :meth:`lock`).
 
         Args:
             job: what the job is (compared with the manifest on ``--resume``).
@@ -82,25 +101,11 @@ class OutputDirectory:
             overwrite: delete the files the manifest lists as its own, then start afresh.
 
         Raises:
-            ConfigError: another job holds the lock; the directory holds files that are not
-                a batch output's (nothing is deleted then); or it holds a job that neither
-                flag allows using.
+            ConfigError: the directory holds files that are not a batch output's (nothing
+                is deleted then), or a job that neither flag allows using.
         """
-        if self.path.exists() and not self.path.is_dir():
-            raise ConfigError(f"--output {str(self.path)!r} exists and is not a directory")
-        created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock = OutputLock(self.path)
-        try:
-            self._lock.acquire()
-            self._start(dict(job), units, resume=resume, overwrite=overwrite)
-        except BaseException:
-            self.close()
-            if created:  # leave no trace of a refused job
-                (self.path / LOCK).unlink(missing_ok=True)
-                with contextlib.suppress(OSError):  # not empty: keep what is there
-                    self.path.rmdir()
-            raise
+        assert self._lock is not None, "lock() the output directory first"
+        self._start(dict(job), units, resume=resume, overwrite=overwrite)
 
     def _start(self, job: dict[str, Any], units: int, *, resume: bool, overwrite: bool) -> None:
         names = os.listdir(self.path)
@@ -157,10 +162,15 @@ class OutputDirectory:
         return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
 
     def close(self) -> None:
-        """Release the directory's lock."""
+        """Release the directory's lock; remove the directory if this job created it for nothing."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        if self._created and not self._manifest:  # refused before it wrote anything
+            self._created = False
+            (self.path / LOCK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not empty: keep what is there
+                self.path.rmdir()
 
     def finish(self, content: Mapping[str, Any], *, complete: bool) -> None:
         """Write the final manifest: ``complete`` only when the job succeeded."""

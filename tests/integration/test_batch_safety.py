@@ -191,3 +191,111 @@ def test_a_model_that_hangs_on_every_call_stops_the_job(tmp_path: Path) -> None:
     assert manifest["complete"] is False
     assert "the model hangs" in manifest["failed"]
     print(f"every call hangs, 1 s timeout: the job stopped after {elapsed:.1f} s")
+
+
+def test_resume_refuses_an_input_changed_in_place_with_the_same_size_and_times(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "in.csv"
+    source.write_text("id,x\n" + "".join(f"{i},{i}\n" for i in range(100, 200)))
+    out = tmp_path / "out"
+    done = _batch("--input", str(source), "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    stamp = source.stat()
+    source.write_text(source.read_text().replace("150,150", "150,151"))  # fixed in place
+    os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as cp -p, rsync -t do
+    assert source.stat().st_size == stamp.st_size
+    assert source.stat().st_mtime_ns == stamp.st_mtime_ns
+    before = _digests(out)
+    refused = _batch("--input", str(source), "--output", str(out), "--resume")
+    assert refused.returncode == 2, refused.stderr
+    assert f"its input files ({source}: added, removed or their content changed)" in refused.stderr
+    assert _digests(out) == before
+
+
+def test_resume_scores_again_every_part_that_does_not_match_its_record(tmp_path: Path) -> None:
+    source = _write(tmp_path / "in.parquet", 0, 500)  # 5 units of 100 rows
+    out = tmp_path / "out"
+    done = _batch("--input", str(source), "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    expected = pq.read_table(out)
+    foreign = _write(tmp_path / "foreign.parquet", 0, 1)  # a valid Parquet file, not a part
+    foreign_digest = hashlib.sha256(foreign.read_bytes()).hexdigest()
+    (out / "part-00001.parquet").write_bytes(b"")  # : > part-00001.parquet
+    (out / "part-00002.parquet").write_bytes(foreign.read_bytes())
+    (out / "part-00003.parquet").unlink()
+    (out / "part-00003.parquet").symlink_to(foreign)
+    whole = (out / "part-00004.parquet").read_bytes()
+    (out / "part-00004.parquet").write_bytes(whole[: len(whole) // 2])  # truncated
+    resumed = _batch("--input", str(source), "--output", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert "resumed: 100 rows were already written" in resumed.stdout  # part-00000 only
+    assert pq.read_table(out).equals(expected)
+    assert not (out / "part-00003.parquet").is_symlink()
+    assert hashlib.sha256(foreign.read_bytes()).hexdigest() == foreign_digest  # link target kept
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["complete"] is True
+    assert manifest["rows"] == 500
+    for name, record in manifest["parts"].items():
+        assert record["rows"] == 100
+        assert record["sha256"] == hashlib.sha256((out / name).read_bytes()).hexdigest()
+
+
+def _held_at_the_gate(out: Path) -> bool:
+    """Four parts recorded and the fifth open: the job waits on the gate, writing nothing."""
+    try:
+        parts = json.loads((out / "_manifest.json").read_text())["parts"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return sum(1 for r in parts.values() if r) == 4 and any(out.glob(".part-00004.*.tmp"))
+
+
+def test_a_second_job_on_a_busy_output_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    source = _write(tmp_path / "in.parquet", 0, 2000, row_group_size=250)  # x >= 1000 waits
+    gate = tmp_path / "gate"
+    out = tmp_path / "out"
+    env = {"SERVINGLIB_TEST_BATCH_GATE": str(gate)}
+    command = [
+        sys.executable, "-m", "servinglib.cli.main", "batch-predict", "--config", str(CONFIG),
+        "--model", "summer", "--id-column", "id", "--no-progress",
+        "--input", str(source), "--output", str(out),
+    ]  # fmt: skip
+    log = (tmp_path / "first.log").open("wb")
+    first = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while not _held_at_the_gate(out):
+            assert first.poll() is None, (tmp_path / "first.log").read_text()
+            assert time.monotonic() < deadline, "the first job wrote no parts"
+            time.sleep(0.1)
+        before = _digests(out)
+        for flags in ((), ("--resume",), ("--overwrite",)):
+            second = _batch("--input", str(source), "--output", str(out), *flags, env=env)
+            assert second.returncode == 2, (flags, second.stderr)
+            assert f"is in use by another batch job (pid {first.pid} on host" in second.stderr
+            assert _digests(out) == before, flags  # nothing deleted or written
+        gate.touch()
+        assert first.wait(timeout=180) == 0, (tmp_path / "first.log").read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        log.close()
+    assert pq.read_table(out).column("id").to_pylist() == list(range(2000))
+    # a lock file left by a job that is gone (no flock held) is taken over
+    (out / "_lock").write_text(json.dumps({"pid": 2**22 + 1, "host": "elsewhere", "started": 0}))
+    again = _batch("--input", str(source), "--output", str(out), "--overwrite", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "_lock").read_text())["pid"] != 2**22 + 1
+
+
+def test_a_job_stopped_by_its_error_rate_is_not_complete(tmp_path: Path) -> None:
+    source = _write(tmp_path / "in.parquet", 0, 100)  # x = 13 fails
+    out = tmp_path / "out"
+    done = _batch("--input", str(source), "--output", str(out), "--max-error-rate", "0")
+    assert done.returncode == 1, done.stderr
+    assert "1 of 100 rows failed, more than --max-error-rate 0" in done.stderr
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["complete"] is False
+    assert "--max-error-rate" in manifest["failed"]

@@ -35,6 +35,7 @@ __all__ = [
 
 MANIFEST = "_manifest.json"
 LOCK = "_lock"
+_PART = re.compile(r"^part-\d{5,}\.(?:parquet|jsonl)$")
 _TEMPORARY = re.compile(r"^\.(?P<name>.+)\.\d+\.tmp$")  # .part-00003.parquet.1234.tmp
 
 
@@ -135,7 +136,8 @@ def own_names(manifest: Mapping[str, Any]) -> set[str]:
     files = manifest.get("files")  # manifests of complete jobs list their parts here too
     if isinstance(files, list):
         names.update(str(name) for name in files)
-    return {name for name in names if "/" not in name and name not in ("", ".", "..")}
+    # a hand-edited manifest cannot make --overwrite delete anything but parts
+    return {name for name in names if name in (MANIFEST, LOCK) or _PART.match(name)}
 
 
 def is_own(name: str, own: set[str]) -> bool:

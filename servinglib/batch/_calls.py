@@ -3,9 +3,10 @@
 Python cannot stop a thread stuck in ``predict_batch``; a process can be killed. So a
 worker publishes each call in a slot of shared memory (when it started, which unit and
 rows it holds) and the parent kills a worker whose call ran past ``--call-timeout-s``,
-then gives its units to a fresh worker with those rows marked: they become error rows and
-reach the model no more (:class:`CallGuard.preset`). Publishing a call costs a few
-shared-memory writes, nothing beside a model call.
+then gives its units to a fresh worker with those rows marked: the rows of a call of
+several rows are called again one at a time (:meth:`CallGuard.slices`), and a row that
+hangs alone becomes an error row and reaches the model no more (:meth:`CallGuard.preset`).
+Publishing a call costs a few shared-memory writes, nothing beside a model call.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ SLOT_SIZE = 5
 
 
 def timed_out_message(timeout_s: float) -> str:
-    """The ``error`` column of a row whose model call ran past the timeout."""
+    """The ``error`` column of a row whose call, with this row alone, ran past the timeout."""
     return (
-        f"prediction timed out: the model call holding this row ran past --call-timeout-s "
-        f"{timeout_s:g} s; its worker process was replaced and the row not scored again"
+        f"prediction timed out: predict_batch with this row alone ran past --call-timeout-s "
+        f"{timeout_s:g} s; its worker process was replaced and the row is not scored again"
     )
 
 
@@ -48,6 +49,7 @@ class CallGuard:
         self._slot = slot
         self._timeout_s = timeout_s
         self.hung: dict[int, frozenset[int]] = {}  # unit -> rows not to score again
+        self.suspect: dict[int, frozenset[int]] = {}  # unit -> rows to call one at a time
         self._unit = -1
         self._offset = 0
 
@@ -59,6 +61,31 @@ class CallGuard:
     def locate(self, unit: int, offset: int) -> None:
         """The next chunk scored starts at row ``offset`` of unit ``unit``."""
         self._unit, self._offset = unit, offset
+
+    def slices(self, positions: Sequence[int], batch_size: int) -> list[tuple[int, int]]:
+        """(start, stop) of each call over ``positions`` (the chunk's rows still valid).
+
+        Calls of ``batch_size`` rows, but a suspect row (one of a call that hung) is called
+        alone: when it hangs again only it fails, and its neighbours are scored.
+        """
+        count = len(positions)
+        suspect = self.suspect.get(self._unit)
+        if not suspect or not any(self._offset + p in suspect for p in positions):
+            return [(s, min(s + batch_size, count)) for s in range(0, count, batch_size)]
+        slices: list[tuple[int, int]] = []
+        start = 0
+        for i, position in enumerate(positions):
+            if self._offset + position in suspect:
+                if start < i:
+                    slices.append((start, i))
+                slices.append((i, i + 1))
+                start = i + 1
+            elif i + 1 - start == batch_size:
+                slices.append((start, i + 1))
+                start = i + 1
+        if start < count:
+            slices.append((start, count))
+        return slices
 
     def preset(self, rows: int) -> list[tuple[int, str]]:
         """(position, error) of the rows of the next chunk of ``rows`` rows that hung before."""

@@ -6,11 +6,12 @@ hands it and writes their parts itself; the parent hands out units, counts progr
 records each part in the manifest and times every model call (:mod:`._calls`). A call
 that runs past ``--call-timeout-s`` gets its worker killed and replaced, as the server's
 watchdog retires a wedged worker: the fresh worker scores that worker's units again, the
-rows of the hung call as error rows. When calls keep hanging with none answered in between,
-the job stops. With ``--call-timeout-s 0`` and one worker the job scores in the calling
-process, on the version it already loaded. A worker whose parent died stops at its next
-batch (or at once, where the kernel can signal it). Workers overlap reading and writing
-with scoring only while a core is left over (:func:`overlaps_io`).
+rows of the hung call one at a time, and a row that hangs alone as an error row. When
+calls keep hanging with none answered in between, the job stops. With
+``--call-timeout-s 0`` and one worker the job scores in the calling process, on the version
+it already loaded. A worker whose parent died stops at its next batch (or at once, where
+the kernel can signal it). Workers overlap reading and writing with scoring only while a
+core is left over (:func:`overlaps_io`).
 """
 
 from __future__ import annotations
@@ -126,9 +127,8 @@ def worker_main(spec: WorkerSpec, worker: int, slot: Any, tasks: Any, results: A
                 return
             if task is None:
                 return
-            index, hung = task
-            if hung:
-                guard.hung[index] = frozenset(hung)
+            index, hung, suspect = task
+            guard.hung[index], guard.suspect[index] = frozenset(hung), frozenset(suspect)
             yield spec.source.units[index]
 
     send("ready")

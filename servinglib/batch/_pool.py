@@ -58,7 +58,8 @@ class WorkerPool:
         self._target = target
         self._progress = progress
         self._queue: list[int] = []
-        self._hung: dict[int, set[int]] = {}  # unit -> rows whose call timed out
+        self._hung: dict[int, set[int]] = {}  # unit -> rows that hung alone: error rows
+        self._suspect: dict[int, set[int]] = {}  # unit -> rows of a call that hung
         self._workers: dict[int, _Worker] = {}
         self._slots: dict[int, Any] = {}
         self._answered_at_timeout = -1.0
@@ -116,7 +117,8 @@ class WorkerPool:
 
     def _assign(self, worker: _Worker, index: int) -> None:
         worker.units.append(index)
-        worker.tasks.send((index, sorted(self._hung.get(index, ()))))
+        hung, suspect = self._hung.get(index, set()), self._suspect.get(index, set())
+        worker.tasks.send((index, sorted(hung), sorted(suspect - hung)))
 
     def _feed(self, worker: _Worker) -> None:
         """Keep ``worker`` holding ``_AHEAD`` units; tell it to stop once none are left."""
@@ -195,7 +197,10 @@ class WorkerPool:
             (out.path / f".{out.part_path(index).name}.{worker.process.pid}.tmp").unlink(
                 missing_ok=True
             )
-        self._hung.setdefault(unit, set()).update(rows)
+        # the rows of a call of several are called again one at a time: only a row that
+        # hangs alone fails (it costs one more timeout and worker start per hanging row)
+        marked = self._hung if len(rows) == 1 else self._suspect
+        marked.setdefault(unit, set()).update(rows)
         answered = sum(slot[ANSWERED] for slot in self._slots.values())
         same = answered == self._answered_at_timeout
         self._timeouts_in_a_row = self._timeouts_in_a_row + 1 if same else 1

@@ -64,9 +64,9 @@ class BatchScorer:
             errors[i] = errors[i] or message  # its call hung: it reaches the model no more
         payloads, positions = self._payloads(rows.features, errors)
         outputs: list[Any] = [None] * batch.num_rows
-        for start in range(0, len(payloads), self.batch_size):
-            chunk = payloads[start : start + self.batch_size]
-            where = positions[start : start + self.batch_size]
+        for start, stop in self.guard.slices(positions, self.batch_size):
+            chunk = payloads[start:stop]
+            where = positions[start:stop]
             results = self._predict(chunk, where)
             if isinstance(results, Exception):
                 isolated = self._isolate(chunk, results, where)

@@ -64,3 +64,13 @@ def test_the_guard_publishes_calls_and_presets_the_rows_that_hung() -> None:
     assert "2 s" in preset[0][1]
     guard.locate(4, 0)
     assert guard.preset(50) == []
+
+
+def test_suspect_rows_are_called_alone_and_the_rest_in_batches() -> None:
+    guard = CallGuard()
+    guard.locate(2, 100)
+    assert guard.slices(range(10), 4) == [(0, 4), (4, 8), (8, 10)]
+    guard.suspect[2] = frozenset({103, 104, 109})
+    # positions 3, 4 and 9 alone; the others in calls of at most 4
+    assert guard.slices(range(10), 4) == [(0, 3), (3, 4), (4, 5), (5, 9), (9, 10)]
+    assert guard.slices([0, 3, 5], 4) == [(0, 1), (1, 2), (2, 3)]  # rows 103 and 105 valid

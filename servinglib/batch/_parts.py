@@ -82,10 +82,17 @@ class OutputDirectory:
         if self.path.exists() and not self.path.is_dir():
             raise ConfigError(f"--output {str(self.path)!r} exists and is not a directory")
         self._created = not self.path.exists()
-        self.path.mkdir(parents=True, exist_ok=True)
         self._lock = OutputLock(self.path)
         try:
+            self.path.mkdir(parents=True, exist_ok=True)
             self._lock.acquire()
+        except OSError as e:
+            self._lock = None
+            self.close()
+            raise ConfigError(
+                f"cannot use --output {str(self.path)!r}: {e}; choose a directory this user "
+                "can create and write"
+            ) from e
         except BaseException:
             self._lock = None
             self.close()

@@ -29,6 +29,7 @@ __all__ = ["HUNG_IN_A_ROW", "WorkerPool"]
 HUNG_IN_A_ROW = 3  # calls timed out with none answered in between: the model hangs on all
 _AHEAD = 2  # units a worker holds: the one it scores and the one its read stage opens next
 _POLL_S = 0.1
+_EXIT_S = 30.0  # for a worker to exit once its units are done; then it is killed
 
 
 @dataclass
@@ -90,7 +91,7 @@ class WorkerPool:
                 self._check_exits()
                 self._check_calls()
             for worker in self._workers.values():
-                worker.process.join()
+                worker.process.join(timeout=_EXIT_S)  # done: told to stop, it exits
             return startup_s
         finally:
             self._stop_all()

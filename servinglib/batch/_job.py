@@ -13,9 +13,12 @@ from servinglib.batch._loading import (
     DEFAULT_BATCH_SIZE,
     first_selftest_output,
     load_version,
+    release_version,
     scorer_for,
 )
-from servinglib.batch._local import WorkerSpec, run_local
+from servinglib.batch._local import WorkerSpec, in_process, run_local
+from servinglib.batch._manifest import input_identity
+from servinglib.batch._overlap import check_no_overlap
 from servinglib.batch._parts import OutputDirectory, PartStats
 from servinglib.batch._progress import Progress
 from servinglib.batch._source import InputSource, open_input
@@ -27,6 +30,8 @@ from servinglib.lifecycle.registry import VersionRecord
 __all__ = ["BatchSummary", "predict"]
 
 _MIN_ROWS_TO_JUDGE = 1000  # the error rate is judged mid-run only past this many rows
+# a batch call holds many rows, so it may take a few request deadlines; never under 30 s
+CALL_TIMEOUT_DEADLINES, MIN_CALL_TIMEOUT_S = 3, 30.0
 
 
 def _check_options(job: BatchJob) -> None:
@@ -39,6 +44,8 @@ def _check_options(job: BatchJob) -> None:
         problems.append(f"--batch-size {job.batch_size}: use 1 or more")
     if not 0.0 <= job.max_error_rate <= 1.0:
         problems.append(f"--max-error-rate {job.max_error_rate}: use a share from 0 to 1")
+    if job.call_timeout_s is not None and not job.call_timeout_s >= 0:
+        problems.append(f"--call-timeout-s {job.call_timeout_s}: use seconds, or 0 for no limit")
     if job.resume and job.overwrite:
         problems.append("--resume and --overwrite exclude each other")
     if problems:
@@ -59,6 +66,14 @@ def _batch_size(job: BatchJob, config: ServiceConfig) -> int:
         return job.batch_size
     model = next(m for m in config.models if m.name == job.model)
     return model.batching.max_batch_size if model.batching else DEFAULT_BATCH_SIZE
+
+
+def call_timeout_s(job: BatchJob, config: ServiceConfig) -> float:
+    """``job.call_timeout_s``, or by default 3 x the model's ``deadline_ms``, at least 30 s."""
+    if job.call_timeout_s is not None:
+        return job.call_timeout_s
+    model = next(m for m in config.models if m.name == job.model)
+    return max(MIN_CALL_TIMEOUT_S, CALL_TIMEOUT_DEADLINES * model.deadline_ms / 1000)
 
 
 def _judge(job: BatchJob, rows: int, errors: int, *, final: bool) -> None:
@@ -84,14 +99,24 @@ def predict(job: BatchJob) -> BatchSummary:
         BatchAbortedError: too many error rows, or a worker failed.
     """
     _check_options(job)
+    check_no_overlap(job.input, job.output)
     source = open_input(job.input, job.input_format)
+    out = OutputDirectory(job.output, job.output_format)
+    out.lock()  # before loading the model: a busy output is refused at once
+    try:
+        return _predict(job, source, out)
+    finally:
+        out.close()
+
+
+def _predict(job: BatchJob, source: InputSource, out: OutputDirectory) -> BatchSummary:
     config, record = load_version(job.config, job.model, job.version, job.workers)
     layout = _layout(job, source, record)
     batch_size = _batch_size(job, config)
     description: dict[str, Any] = {
         "model": record.model,
         "version": record.version,
-        "input": source.fingerprint(),
+        "input": input_identity(source.files),
         "input_format": source.format,
         "output_format": "jsonl" if job.output_format == "jsonl" else "parquet",
         "id_column": job.id_column,
@@ -100,20 +125,20 @@ def predict(job: BatchJob) -> BatchSummary:
         "batch_size": batch_size,
         "layout": layout.to_dict(),
     }
-    out = OutputDirectory(job.output, job.output_format)
-    out.start(description, resume=job.resume, overwrite=job.overwrite)
-    summary = _run(job, source, config, record, layout, batch_size, out)
-    out.write_manifest(
-        {
-            "job": description,
-            "complete": True,
+    out.start(description, len(source.units), resume=job.resume, overwrite=job.overwrite)
+    try:
+        summary = _run(job, source, config, record, layout, batch_size, out)
+        final = {
             "engine": summary.engine,
             "rows": summary.rows,
             "errors": summary.errors,
             "files": [f.name for f in summary.files],
         }
-    )
-    _judge(job, summary.rows, summary.errors, final=True)
+        _judge(job, summary.rows, summary.errors, final=True)
+    except BatchAbortedError as e:
+        out.finish({"failed": str(e)}, complete=False)  # parts kept for --resume
+        raise
+    out.finish(final, complete=True)
     return summary
 
 
@@ -129,12 +154,19 @@ def _run(
     done: dict[int, PartStats] = {}
     for unit in source.units:
         stats = out.done(unit.index)
-        if stats is not None:
+        if stats is not None and unit.rows in (None, stats.rows):
             done[unit.index] = stats
     initial = (sum(s.rows for s in done.values()), sum(s.errors for s in done.values()))
     pending = [unit for unit in source.units if unit.index not in done]
     features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
-    scorer = scorer_for(config, record, features, layout, batch_size)
+    timeout_s = call_timeout_s(job, config) if job.engine == "local" else 0.0
+    scorer = (
+        scorer_for(config, record, features, layout, batch_size)
+        if in_process(job.workers, len(pending), timeout_s)
+        else None
+    )
+    if scorer is None and job.engine == "local":
+        release_version(record)  # worker processes score, each with a version of its own
     spec = WorkerSpec(
         job.config,
         job.model,
@@ -145,6 +177,7 @@ def _run(
         source,
         out,
         batch_size,
+        timeout_s,
     )
     progress = Progress(source.total_rows, enabled=job.progress, initial=initial)
 

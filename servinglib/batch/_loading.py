@@ -18,6 +18,7 @@ __all__ = [
     "first_selftest_output",
     "load_scorer",
     "load_version",
+    "release_version",
     "scorer_for",
 ]
 
@@ -41,6 +42,13 @@ def load_version(
     if record.state is not VersionState.READY:
         raise ModelNotReadyError(record.model, record.version, record.state.value, record.reason)
     return config, record
+
+
+def release_version(record: VersionRecord) -> None:
+    """Drop this process's copy of the version: worker processes score with their own."""
+    record.instance = None
+    record.copies = []
+    record.ready = None
 
 
 def first_selftest_output(record: VersionRecord) -> Any:

@@ -1,33 +1,40 @@
-"""The local engine: work units scored in this process or in N spawned worker processes.
+"""The local engine: work units scored in worker processes, each model call timed.
 
-With one worker the job runs in the calling process, on the version it already loaded and
-self-tested. With more, each worker process (spawned, not forked: ONNX Runtime and torch
-are not fork-safe) loads the version and runs its self-tests once, then takes whole work
-units from a queue and writes their parts itself; the parent only hands out units and
-counts progress. A worker whose parent died (SIGKILL) stops at its next batch. Workers
-overlap reading and writing with scoring only while a core is left over
-(:func:`overlaps_io`).
+Each worker process (spawned, not forked: ONNX Runtime and torch are not fork-safe) loads
+the version and runs its self-tests once, then scores the whole work units its parent
+hands it and writes their parts itself; the parent hands out units, counts progress,
+records each part in the manifest and times every model call (:mod:`._calls`). A call
+that runs past ``--call-timeout-s`` gets its worker killed and replaced, as the server's
+watchdog retires a wedged worker: the fresh worker scores that worker's units again, the
+rows of the hung call one at a time, and a row that hangs alone as an error row. When
+calls keep hanging with none answered in between, the job stops. With
+``--call-timeout-s 0`` and one worker the job scores in the calling process, on the version
+it already loaded. A worker whose parent died stops at its next batch (or at once, where
+the kernel can signal it). Workers overlap reading and writing with scoring only while a
+core is left over (:func:`overlaps_io`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-import queue
-import time
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servinglib.batch._calls import CallGuard
 from servinglib.batch._features import FeatureSpec
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._parts import OutputDirectory
 from servinglib.batch._pipeline import ProgressCallback, UnitFailedError, score_units
+from servinglib.batch._pool import WorkerPool
 from servinglib.batch._scoring import BatchScorer
 from servinglib.batch._source import InputSource, WorkUnit
 from servinglib.batch._spec import BatchAbortedError
 
-__all__ = ["WorkerSpec", "overlaps_io", "run_local"]
+__all__ = ["WorkerSpec", "in_process", "overlaps_io", "run_local"]
 
 
 def overlaps_io(workers: int) -> bool:
@@ -40,6 +47,11 @@ def overlaps_io(workers: int) -> bool:
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return workers < (cores or 1)
+
+
+def in_process(workers: int, units: int, call_timeout_s: float) -> bool:
+    """Whether the job scores in the calling process: one worker and no call timeout."""
+    return call_timeout_s <= 0 and (workers <= 1 or units <= 1)
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,7 @@ class WorkerSpec:
     source: InputSource
     out: OutputDirectory
     batch_size: int
+    call_timeout_s: float = 0.0
 
     def load_scorer(self) -> BatchScorer:
         """In a worker process or actor: quiet logs, load and self-test, wrap for scoring."""
@@ -73,55 +86,87 @@ class WorkerSpec:
         )
 
 
-def _worker(spec: WorkerSpec, tasks: Any, results: Any) -> None:
-    """Body of one worker process: load once, then score units until told to stop."""
+def _die_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies (Linux), hung or not."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def worker_main(spec: WorkerSpec, worker: int, slot: Any, tasks: Any, results: Any) -> None:
+    """Body of one worker process: load once, then score the units it is handed."""
+    _die_with_parent()
     parent = os.getppid()
+    sending = threading.Lock()  # the scoring and writing threads both report
+
+    def send(*message: Any) -> None:
+        with sending:
+            results.send((message[0], worker, *message[1:]))
+
     try:
         scorer = spec.load_scorer()
     except Exception as e:
-        results.put(("failed", f"worker {os.getpid()} could not load the model: {e}"))
+        send("failed", f"worker {os.getpid()} could not load the model: {e}")
         return
+    guard = CallGuard(slot, spec.call_timeout_s)
+    scorer.guard = guard
 
     def progress(rows: int, errors: int) -> None:
         if os.getppid() != parent:  # the job was killed: leave the rest to --resume
             os._exit(1)
-        results.put(("progress", rows, errors))
+        send("progress", guard.unit, rows, errors)
 
-    results.put(("ready",))
-    # the read stage takes the next unit from the queue once it has read the last one
-    units = (spec.source.units[index] for index in iter(tasks.get, None))
+    def units() -> Any:
+        # the read stage asks for the next unit once it has read the last one
+        while True:
+            try:
+                task = tasks.recv()
+            except EOFError:  # the parent is gone
+                return
+            if task is None:
+                return
+            index, hung, suspect = task
+            guard.hung[index], guard.suspect[index] = frozenset(hung), frozenset(suspect)
+            yield spec.source.units[index]
+
+    send("ready")
     try:
         score_units(
             spec.source,
-            units,
+            units(),
             scorer,
             spec.out,
             spec.batch_size,
             progress,
-            lambda unit, _: results.put(("done", unit.index)),
+            lambda unit, stats: send("done", unit.index, stats),
             overlap=overlaps_io(spec.workers),
         )
     except Exception as e:
         where = "" if isinstance(e, UnitFailedError) else f"worker {os.getpid()}: "
-        results.put(("failed", f"{where}{e}"))
+        send("failed", f"{where}{e}")
 
 
 def run_local(
     spec: WorkerSpec,
     pending: Sequence[WorkUnit],
-    scorer: BatchScorer,
+    scorer: BatchScorer | None,
     progress: ProgressCallback,
 ) -> float:
-    """Score ``pending`` units: in-process with one worker, else in ``spec.workers`` processes.
+    """Score ``pending`` units in this process (:func:`in_process`) or in worker processes.
 
     Returns:
         Seconds until every worker process had loaded and self-tested the version (0 when
         scoring in this process): the start-up cost, apart from scoring.
 
     Raises:
-        BatchAbortedError: a worker failed or died; parts already written are kept.
+        BatchAbortedError: a worker failed or died, or model calls keep hanging; parts
+            already written are kept.
     """
-    if spec.workers <= 1 or len(pending) <= 1:
+    if not pending:
+        return 0.0
+    if scorer is not None and in_process(spec.workers, len(pending), spec.call_timeout_s):
         try:
             score_units(
                 spec.source,
@@ -130,55 +175,12 @@ def run_local(
                 spec.out,
                 spec.batch_size,
                 progress,
+                lambda unit, stats: spec.out.record(unit.index, stats),
                 overlap=overlaps_io(1),
             )
         except UnitFailedError as e:
             raise BatchAbortedError(f"{e}; rerun with --resume once fixed") from e.__cause__
         return 0.0
-    started = time.monotonic()
-    startup_s = 0.0
     context = multiprocessing.get_context("spawn")
-    tasks: Any = context.Queue()
-    results: Any = context.Queue()
-    for unit in pending:
-        tasks.put(unit.index)
-    count = min(spec.workers, len(pending))
-    for _ in range(count):
-        tasks.put(None)
-    processes = [
-        context.Process(target=_worker, args=(spec, tasks, results), daemon=True)
-        for _ in range(count)
-    ]
-    for process in processes:
-        process.start()
-    try:
-        remaining, loading = len(pending), count
-        while remaining:
-            try:
-                message = results.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in processes if p.exitcode not in (None, 0)]
-                if dead:
-                    raise BatchAbortedError(
-                        f"worker process {dead[0].pid} exited with code {dead[0].exitcode}; "
-                        "fix the cause and rerun with --resume"
-                    ) from None
-                continue
-            if message[0] == "progress":
-                progress(message[1], message[2])
-            elif message[0] == "done":
-                remaining -= 1
-            elif message[0] == "ready":
-                loading -= 1
-                if not loading:
-                    startup_s = time.monotonic() - started
-            else:
-                raise BatchAbortedError(f"{message[1]}; rerun with --resume once fixed")
-        for process in processes:
-            process.join()
-        return startup_s
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-                process.join()
+    pool = WorkerPool(context, spec, worker_main, progress)
+    return pool.run(pending)

@@ -156,11 +156,15 @@ def score_units(
 
     def score() -> Iterator[tuple[WorkUnit, pa.Table | None]]:
         batches = prefetch(read(), name="batch-read") if overlap else _inline(read())
+        offset = 0  # rows of the unit before this chunk: where its calls are published
         try:
             for unit, batch in batches:
                 if batch is None:
+                    offset = 0
                     yield unit, None
                     continue
+                scorer.guard.locate(unit.index, offset)
+                offset += batch.num_rows
                 table = scorer.score(batch)
                 progress(len(table), int(len(table) - table.column("error").null_count))
                 yield unit, table

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servinglib.batch._local import WorkerSpec
+from servinglib.batch._manifest import PartStats
 from servinglib.batch._pipeline import score_unit
 from servinglib.batch._source import WorkUnit
 from servinglib.batch._spec import BatchAbortedError
@@ -44,9 +45,15 @@ class _UnitScorer:
         self._spec = spec
         self._scorer = spec.load_scorer()
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[int]]:
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         spec = self._spec
-        out: dict[str, list[int]] = {"unit": [], "rows": [], "errors": []}
+        out: dict[str, list[Any]] = {
+            "unit": [],
+            "rows": [],
+            "errors": [],
+            "bytes": [],
+            "sha256": [],
+        }
         for index in batch["unit"]:
             unit = spec.source.units[int(index)]
             stats = score_unit(
@@ -55,6 +62,8 @@ class _UnitScorer:
             out["unit"].append(int(index))
             out["rows"].append(stats.rows)
             out["errors"].append(stats.errors)
+            out["bytes"].append(stats.bytes)
+            out["sha256"].append(stats.sha256)
         return out
 
 
@@ -108,7 +117,11 @@ def run_ray(
             for row in results.iter_rows():
                 if first_done is None:
                     first_done = time.monotonic()
-                progress(int(row["rows"]), int(row["errors"]))
+                stats = PartStats(
+                    int(row["rows"]), int(row["errors"]), int(row["bytes"]), str(row["sha256"])
+                )
+                spec.out.record(int(row["unit"]), stats)
+                progress(stats.rows, stats.errors)
         except ServinglibError:
             raise  # the error rate, judged by ``progress``
         except Exception as e:  # an actor failed to load, or a unit to score

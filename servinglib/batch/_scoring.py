@@ -12,11 +12,12 @@ the online batcher.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from servinglib.batch._calls import CallGuard
 from servinglib.batch._features import FeatureSpec, rows_to_features
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._validation import BatchValidator
@@ -45,6 +46,7 @@ class BatchScorer:
     layout: OutputLayout
     input_schema: Mapping[str, Any] | None
     batch_size: int = 256
+    guard: CallGuard = field(default_factory=CallGuard)  # publishes calls to a parent
 
     def __post_init__(self) -> None:
         self._validator = BatchValidator(self.input_schema)
@@ -58,14 +60,17 @@ class BatchScorer:
         """The output rows of ``batch``, in input order, one per input row."""
         rows = rows_to_features(batch, self.features)
         errors = self._validator.errors(rows.features, rows.columns, rows.errors)
+        for i, message in self.guard.preset(batch.num_rows):
+            errors[i] = errors[i] or message  # its call hung: it reaches the model no more
         payloads, positions = self._payloads(rows.features, errors)
         outputs: list[Any] = [None] * batch.num_rows
-        for start in range(0, len(payloads), self.batch_size):
-            chunk = payloads[start : start + self.batch_size]
-            where = positions[start : start + self.batch_size]
-            results = self._predict(chunk)
+        for start, stop in self.guard.slices(positions, self.batch_size):
+            chunk = payloads[start:stop]
+            where = positions[start:stop]
+            results = self._predict(chunk, where)
             if isinstance(results, Exception):
-                for i, (output, error) in zip(where, self._isolate(chunk, results), strict=True):
+                isolated = self._isolate(chunk, results, where)
+                for i, (output, error) in zip(where, isolated, strict=True):
                     if error is not None:
                         if not isinstance(error, Exception):
                             raise error  # KeyboardInterrupt, SystemExit: stop the job
@@ -118,10 +123,10 @@ class BatchScorer:
             return None  # the caller prepares row by row, so a bad row fails alone
         return (prepared, positions) if len(prepared) == len(valid) else None
 
-    def _predict(self, payloads: list[Any]) -> list[Any] | Exception:
-        """One ``predict_batch`` over ``payloads``: its outputs, or what it raised."""
+    def _predict(self, payloads: list[Any], where: Sequence[int]) -> list[Any] | Exception:
+        """One ``predict_batch`` over ``payloads`` (rows ``where``): outputs, or what it raised."""
         try:
-            results = self.model.predict_batch(payloads)
+            results = self.guard.call(self.model.predict_batch, payloads, where)
             if len(results) != len(payloads):
                 raise RuntimeError(
                     f"predict_batch returned {len(results)} results for {len(payloads)} inputs"
@@ -131,12 +136,11 @@ class BatchScorer:
         return list(results)
 
     def _isolate(
-        self, payloads: list[Any], error: Exception
+        self, payloads: list[Any], error: Exception, where: Sequence[int]
     ) -> list[tuple[Any, BaseException | None]]:
         """After ``payloads`` failed as one batch: bisect it so only the poison rows fail."""
         if len(payloads) == 1:
             return [(None, error)]
         middle = len(payloads) // 2
-        return run_isolating(self.model.predict_batch, payloads[:middle]) + run_isolating(
-            self.model.predict_batch, payloads[middle:]
-        )
+        predict = self.guard.wrap(self.model.predict_batch, where)
+        return run_isolating(predict, payloads[:middle]) + run_isolating(predict, payloads[middle:])

@@ -36,6 +36,9 @@ class BatchJob:
         address: the Ray cluster (``auto``, ``ray://host:10001``, ``host:6379``); a new
             local cluster when None.
         cpus_per_worker: CPUs Ray reserves for each actor.
+        call_timeout_s: seconds one ``predict_batch`` call may run before its worker is
+            replaced and its rows become error rows (local engine); None: 3 x the model's
+            ``deadline_ms``, at least 30 s; 0: no limit.
         resume: finish the job already started in ``output``.
         overwrite: replace what ``output`` holds.
         progress: draw a progress bar on stderr.
@@ -57,6 +60,7 @@ class BatchJob:
     engine: str = "local"
     address: str | None = None
     cpus_per_worker: float = 1.0
+    call_timeout_s: float | None = None
     resume: bool = False
     overwrite: bool = False
     progress: bool = True

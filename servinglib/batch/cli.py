@@ -45,6 +45,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=0.01,
         help="stop when more than this share of rows fail (default: %(default)s)",
     )
+    parser.add_argument(
+        "--call-timeout-s",
+        type=float,
+        help="seconds a predict_batch call may run before its rows become error rows and its "
+        "worker is replaced (default: 3 x the model's deadline_ms, at least 30; 0: no limit; "
+        "local engine)",
+    )
     parser.add_argument("--engine", choices=["local", "ray"], default="local")
     parser.add_argument("--address", help="Ray cluster address (auto, ray://host:10001)")
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per Ray actor")
@@ -78,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         address=args.address,
         cpus_per_worker=args.cpus_per_worker,
+        call_timeout_s=args.call_timeout_s,
         resume=args.resume,
         overwrite=args.overwrite,
         progress=not args.no_progress,

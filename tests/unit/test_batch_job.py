@@ -38,7 +38,14 @@ def _parquet(path: Path, rows: list[dict[str, Any]], row_group_size: int = 50) -
 
 
 def _job(tmp_path: Path, source: Path, **options: Any) -> BatchJob:
-    options = {"id_column": "id", "max_error_rate": 0.5, "progress": False, **options}
+    # scored in this process: worker processes and call timeouts are tested as commands
+    options = {
+        "id_column": "id",
+        "max_error_rate": 0.5,
+        "progress": False,
+        "call_timeout_s": 0,
+        **options,
+    }
     return BatchJob(CONFIG, "summer", str(source), str(tmp_path / "out"), **options)
 
 
@@ -180,7 +187,15 @@ def test_a_tensor_runtime_prepares_whole_chunks_and_a_bad_row_fails_alone(tmp_pa
     assert instance is not None
     for numpy_lists in (True, False):
         out = tmp_path / f"out-{numpy_lists}"
-        job = BatchJob(str(config), "eta", str(source), str(out), id_column="id", progress=False)
+        job = BatchJob(
+            str(config),
+            "eta",
+            str(source),
+            str(out),
+            id_column="id",
+            progress=False,
+            call_timeout_s=0,
+        )
         summary = predict(BatchJob(**{**job.__dict__, "numpy_lists": numpy_lists}))
         assert (summary.rows, summary.errors) == (300, 1)
         table = pq.read_table(out).to_pylist()

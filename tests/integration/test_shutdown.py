@@ -32,6 +32,14 @@ SHARED_HANGER = """  - name: shared
     repository: models/misbehaving
     default_version: "1"
     deadline_ms: 500
+  - name: ensemble
+    repository: models/misbehaving
+    default_version: "1"
+    deadline_ms: 500
+    ensemble:
+      "1":
+        members: [{model: shared}, {model: shared, name: twin}]
+        combiner: vote
 """
 EXIT_S = 5.0
 
@@ -59,10 +67,20 @@ def _post(url: str, model: str, features: dict[str, object], request_id: str) ->
     return response.status_code
 
 
-@pytest.mark.parametrize("worker", ["asyncio", "gthread"])
-@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("signum", "worker", "model"),
+    [
+        ("SIGINT", "asyncio", "shared"),
+        ("SIGINT", "gthread", "shared"),
+        ("SIGTERM", "asyncio", "shared"),
+        ("SIGTERM", "gthread", "shared"),
+        # An ensemble's members run beside each other on step threads: hung there too.
+        ("SIGINT", "asyncio", "ensemble"),
+        ("SIGTERM", "gthread", "ensemble"),
+    ],
+)
 def test_a_signal_does_not_wait_for_abandoned_calls(
-    tmp_path: Path, signum: str, worker: str
+    tmp_path: Path, signum: str, worker: str, model: str
 ) -> None:
     config, database = _service(tmp_path)
     server = launch(config, tmp_path, "--workers", "2", "--worker", worker)
@@ -70,7 +88,7 @@ def test_a_signal_does_not_wait_for_abandoned_calls(
         with ThreadPoolExecutor(max_workers=ABANDONED) as pool:
             hung = list(
                 pool.map(
-                    lambda i: _post(server.url, "shared", {"hang": True}, f"hang-{i}"),
+                    lambda i: _post(server.url, model, {"hang": True}, f"hang-{i}"),
                     range(ABANDONED),
                 )
             )
@@ -90,7 +108,7 @@ def test_a_signal_does_not_wait_for_abandoned_calls(
         took = time.monotonic() - stopped_at
     finally:
         stop(server.process)
-    print(f"figures: {signum} {worker} with {ABANDONED} abandoned calls: exit {took:.2f} s")
+    print(f"figures: {signum} {worker} {model}, {ABANDONED} abandoned calls: exit {took:.2f} s")
     assert server.process.returncode == 0, server.log()
     assert took < EXIT_S, f"exit took {took:.1f} s:\n{server.log()[-3000:]}"
     with sqlite3.connect(database) as db:

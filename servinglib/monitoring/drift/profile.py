@@ -51,9 +51,9 @@ FORMAT_VERSION = 1
 MAX_FIELDS = 64
 NUMERIC_BINS = 10
 TOP_K = 20
-# Slots of the sliding window: the live table is slots x (bins + 1) int64 per version in
-# every worker (64 fields of 21 bins: 1440 slots ~ 16 MiB); more would let one profile
-# exhaust the server's memory and disk.
+# Slots of the sliding window: the live table is slots x (bins + 4 quality counters per
+# field) int64 per version in every worker (64 fields of 21 bins: 1440 slots ~ 18 MiB);
+# more would let one profile exhaust the server's memory and disk.
 MAX_WINDOW_SLOTS = 1440
 _ARRAY_KINDS = ("length", "norm", "top_class")
 

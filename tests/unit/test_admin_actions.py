@@ -19,7 +19,12 @@ import pytest
 
 from servinglib.config.spec import load_config
 from servinglib.lifecycle.registry import ModelRegistry
-from servinglib.lifecycle.rollout import RolloutWatcher, read_desired_state, read_worker_statuses
+from servinglib.lifecycle.rollout import (
+    RolloutWatcher,
+    read_desired_state,
+    read_worker_statuses,
+    write_desired_state,
+)
 from servinglib.serve.admin import AdminServer
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "service"
@@ -160,3 +165,14 @@ def test_random_concurrent_actions_never_unload_the_default(setup: Setup) -> Non
     assert {status for _, status in statuses} <= {200, 202, 409}, statuses
     assert sum(statuses.values()) == 1000
     assert statuses[("unload", 409)] > 0  # the default was asked to go, and was refused
+
+
+def test_a_hand_written_plan_that_unloads_its_default_keeps_it(setup: Setup) -> None:
+    state = read_desired_state(setup.state_dir)
+    state.revision += 1
+    plan = state.plan("scorer")
+    plan.default, plan.unload = "2", ["2"]  # what the admin API never writes
+    write_desired_state(setup.state_dir, state)
+    setup.wait_ready("2")  # applied at that revision, and still READY
+    assert setup.registry.default_version("scorer") == "2"
+    assert setup.registry.get("scorer").version == "2"

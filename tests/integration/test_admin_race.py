@@ -104,6 +104,7 @@ def test_unload_and_promote_sent_together_never_unload_the_default(
             )
             outcomes[(answers["unload"], answers["promote"])] += 1
             assert (answers["unload"], answers["promote"]) != (202, 200), answers
+    print(f"figures: unload+promote pairs {dict(outcomes)}, requests {dict(load.statuses)}")
     assert watch.violations == []
     assert set(outcomes) <= {(202, 409), (409, 200)}, outcomes
     _converged_on_the_desired_default(client)
@@ -142,6 +143,9 @@ def test_a_thousand_random_concurrent_admin_actions(tmp_path: Path, start_server
             thread.start()
         for thread in threads:
             thread.join()
+    print(
+        f"figures: actions {dict(statuses)}, state reads {watch.reads}, requests {dict(load.statuses)}"
+    )
     assert sum(statuses.values()) == 1000
     assert {status for _, status in statuses} <= {200, 202, 409}, statuses
     assert watch.violations == [], watch.violations[:3]

@@ -93,6 +93,8 @@ def _constraints(schema: Mapping[str, Any], node: Mapping[str, Any]) -> str:
         elif keyword == "uniqueItems":
             if value:
                 parts.append("items unique")
+        elif keyword == "maximum" and "x-limit" in node:  # what the bound protects
+            parts.append(f"maximum {value} ({node['x-limit']})")
         else:
             parts.append(f"{keyword} {value}")
     items = node.get("items")

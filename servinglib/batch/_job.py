@@ -32,16 +32,21 @@ __all__ = ["BatchSummary", "predict"]
 _MIN_ROWS_TO_JUDGE = 1000  # the error rate is judged mid-run only past this many rows
 # a batch call holds many rows, so it may take a few request deadlines; never under 30 s
 CALL_TIMEOUT_DEADLINES, MIN_CALL_TIMEOUT_S = 3, 30.0
+MAX_WORKERS = 256
+MAX_BATCH_SIZE = 65536
 
 
 def _check_options(job: BatchJob) -> None:
     problems = []
     if job.engine not in ("local", "ray"):
         problems.append(f"--engine {job.engine!r}: use local or ray")
-    if job.workers < 1:
-        problems.append(f"--workers {job.workers}: use 1 or more")
-    if job.batch_size is not None and job.batch_size < 1:
-        problems.append(f"--batch-size {job.batch_size}: use 1 or more")
+    if not 1 <= job.workers <= MAX_WORKERS:  # each worker loads the model once more
+        problems.append(f"--workers {job.workers}: use 1 to {MAX_WORKERS} (the limit)")
+    if job.batch_size is not None and not 1 <= job.batch_size <= MAX_BATCH_SIZE:
+        problems.append(
+            f"--batch-size {job.batch_size}: use 1 to {MAX_BATCH_SIZE} (the limit: a batch's "
+            "rows, features and outputs are held in memory at once)"
+        )
     if not 0.0 <= job.max_error_rate <= 1.0:
         problems.append(f"--max-error-rate {job.max_error_rate}: use a share from 0 to 1")
     if job.call_timeout_s is not None and not job.call_timeout_s >= 0:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 import numpy as np
 
+from servinglib.compose._step_threads import StepThreads
 from servinglib.errors import (
     DeadlineExceededError,
     ModelLoadError,
@@ -60,7 +61,7 @@ class LaneCaller:
         self._listener = listener
         self._clock = clock
         self._threads = threads
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: StepThreads | None = None
         self._lock = threading.Lock()
         self._usual_s: dict[tuple[str, str, str], float] = {}
 
@@ -169,7 +170,7 @@ class LaneCaller:
         if self._pool is None:
             with self._lock:
                 if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self._threads, "servinglib-step")
+                    self._pool = StepThreads(self._threads, "servinglib-step")
         return self._pool.submit(work)
 
     def import_object(self, ref: str) -> object:
@@ -180,9 +181,9 @@ class LaneCaller:
         return import_object(ref, config.root, config.python_path)
 
     def close(self) -> None:
-        """Stop the step threads."""
+        """Stop the step threads; a step still in a member's call is not waited for."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.close()
 
 
 def _are_tensors(inputs: Any) -> bool:

@@ -82,6 +82,13 @@ def _explain(err: jsonschema.ValidationError) -> str:
             f"{err.instance!r} is not allowed here; use lower-case letters, digits, '.', '_' "
             f"and '-' (pattern {err.validator_value})"
         )
+    if err.validator == "maximum":  # a value that sizes memory or disk: say what it sizes
+        why = schema.get("x-limit")
+        return (
+            f"{err.instance!r} is above the limit {err.validator_value}"
+            + (f" ({why})" if why else "")
+            + f"; set it to at most {err.validator_value}"
+        )
     if err.validator == "enum":
         return f"{err.instance!r} is not one of {err.validator_value}"
     if err.validator == "type":

@@ -181,7 +181,14 @@ class ModelRegistry:
     def record(self, model: str, version: str | None = None) -> VersionRecord:
         """The record of one version (default version when ``version`` is None)."""
         self.model_config(model)
-        version = self.default_version(model) if version is None else version
+        if version is None:
+            # A promotion followed by an unload of the old default may land between reading
+            # the default and reading the versions: read the default again (lock-free).
+            for _ in range(3):
+                found = self._versions[model].get(self.default_version(model))
+                if found is not None:
+                    return found
+            version = self.default_version(model)
         try:
             return self._versions[model][version]
         except KeyError:

@@ -31,6 +31,7 @@ from servinglib.lifecycle.registry import ModelRegistry, VersionState
 __all__ = [
     "DESIRED_FILE",
     "DesiredState",
+    "ModelPlan",
     "RolloutWatcher",
     "apply_desired_state",
     "read_desired_state",
@@ -52,6 +53,10 @@ class ModelPlan:
     unload: list[str] = field(default_factory=list)
     default: str | None = None
     previous_defaults: list[str] = field(default_factory=list)
+
+    def unloads_default(self, configured_default: str) -> bool:
+        """Whether this plan would unload its own default (never written, never applied)."""
+        return (self.default or configured_default) in self.unload
 
 
 @dataclass
@@ -124,13 +129,16 @@ def apply_desired_state(
             notes.append(f"unknown model {model!r}")
             continue
         moved = _move_default(registry, model, plan, notes=None)
+        # The admin API never writes a plan that unloads its default; a hand-edited file
+        # that does keeps it loaded.
+        unload = [v for v in plan.unload if v != plan.default]
         # A fresh worker still points at its configured default: that one is unloaded once
         # the plan's default is loaded and in place, below.
-        blocked = _unload(registry, model, plan.unload, on_unload, notes=None)
+        blocked = _unload(registry, model, unload, on_unload, notes=None)
         present = {r.version for r in registry.records(model)}
         for version in plan.load:
             requested = plan.load_revisions.get(version, 0)
-            if version in plan.unload or attempted.get((model, version), -1) >= requested:
+            if version in unload or attempted.get((model, version), -1) >= requested:
                 continue
             if (
                 version in present

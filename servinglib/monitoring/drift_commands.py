@@ -47,10 +47,13 @@ def run(args: argparse.Namespace) -> int:
 def run_profile(args: argparse.Namespace) -> int:
     """Build and write the profile; print where and what was profiled."""
     from servinglib.monitoring.drift.building import profile_version
-    from servinglib.monitoring.drift.profile import WindowSpec
+    from servinglib.monitoring.drift.profile import ProfileError, WindowSpec
     from servinglib.monitoring.drift.sources import parse_since
 
     window = WindowSpec(args.window_seconds, args.window_slots, args.window_requests)
+    problems = window.problems(slots_name="--window-slots")
+    if problems:  # before any data is read or model loaded
+        raise ProfileError(problems[0])
     path, profile = profile_version(
         args.config,
         args.model,

@@ -32,6 +32,7 @@ from servinglib.config.spec import ServiceConfig
 from servinglib.errors import InvalidInputError, ServinglibError
 from servinglib.lifecycle.artifacts import NAME_PATTERN, version_directory
 from servinglib.lifecycle.rollout import (
+    ModelPlan,
     read_desired_state,
     read_worker_statuses,
     write_desired_state,
@@ -85,7 +86,10 @@ class AdminServer:
         self._state_dir = state_dir
         self._token = token.encode()
         self._live_pids = live_pids
-        self._lock = threading.Lock()
+        # Actions on one model run one at a time (their state checks see every earlier
+        # action); the file lock guards the one file every model's plan lives in.
+        self._model_locks = {model.name: threading.Lock() for model in config.models}
+        self._file_lock = threading.Lock()
         admin = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -255,35 +259,39 @@ class AdminServer:
         }
 
     def change(self, name: str, version: str, action: str) -> dict[str, Any]:
-        """Ask every worker to load or unload a version."""
+        """Ask every worker to load or unload a version.
+
+        Refused (409): unloading the default, including one a promotion just made default.
+        """
         model = self._model(name)
         version = self._checked_version(model, version)
-        with self._lock:
-            state = read_desired_state(self._state_dir)
-            plan = state.plan(name)
-            current_default = plan.default or model.default_version
-            if action == "unload" and version == current_default:
+        with self._model_locks[name]:
+            plan = read_desired_state(self._state_dir).plan(name)
+            if action == "unload" and version == (plan.default or model.default_version):
                 raise _RefusedError(
                     HTTPStatus.CONFLICT,
-                    f"{version!r} is the default version; promote another first",
+                    f"{version!r} is the default version of {name!r}; promote another first",
                 )
             keep, drop = (plan.load, plan.unload) if action == "load" else (plan.unload, plan.load)
             if version in drop:
                 drop.remove(version)
             if version not in keep:
                 keep.append(version)
-            state.revision += 1
-            if action == "load":
-                plan.load_revisions[version] = state.revision  # a new request: retried if FAILED
-            write_desired_state(self._state_dir, state)
-        return {"revision": state.revision, "model": name, "version": version, "action": action}
+            # A load is a new request: retried by a worker where it FAILED.
+            revision = self._commit(model, plan, loaded=version if action == "load" else None)
+        return {"revision": revision, "model": name, "version": version, "action": action}
 
     def move_default(self, name: str, action: str, version: Any) -> dict[str, Any]:
-        """Promote a READY version, or roll back to the previous default."""
+        """Promote a READY version, or roll back to the previous default.
+
+        Refused (409): a target with an unload pending (load it again first), or one not
+        READY in every worker at the revision that last asked to load it.
+        """
         model = self._model(name)
-        with self._lock:
-            state = read_desired_state(self._state_dir)
-            plan = state.plan(name)
+        if action == "promote":
+            version = self._checked_version(model, version)
+        with self._model_locks[name]:
+            plan = read_desired_state(self._state_dir).plan(name)
             current = plan.default or model.default_version
             if action == "rollback":
                 if not plan.previous_defaults:
@@ -293,18 +301,47 @@ class AdminServer:
                     )
                 target = plan.previous_defaults[-1]
             else:
-                target = self._checked_version(model, version)
-            self._require_ready_everywhere(name, target)
+                target = version
+            if target in plan.unload:
+                raise _RefusedError(
+                    HTTPStatus.CONFLICT,
+                    f"version {target!r} of {name!r} has an unload pending; load it again "
+                    "(admin load) and wait until it is READY before making it the default",
+                )
+            self._require_ready_everywhere(name, target, plan.load_revisions.get(target, 0))
             if action == "rollback":
                 plan.previous_defaults.pop()
             elif target != current:
                 plan.previous_defaults.append(current)
             plan.default = target
-            state.revision += 1
-            write_desired_state(self._state_dir, state)
-        return {"revision": state.revision, "model": name, "default": target, "previous": current}
+            revision = self._commit(model, plan)
+        return {"revision": revision, "model": name, "default": target, "previous": current}
 
-    def _require_ready_everywhere(self, model: str, version: str) -> None:
+    def _commit(self, model: Any, plan: ModelPlan, loaded: str | None = None) -> int:
+        """Write ``plan`` as the model's plan at a new revision; returns the revision.
+
+        Called with the model's lock held: only this thread changes that model's plan, so
+        the plan read under that lock is still current; the file lock keeps concurrent
+        actions on other models from losing each other's plans.
+        """
+        if plan.unloads_default(model.default_version):  # the invariant, whatever led here
+            raise _RefusedError(
+                HTTPStatus.CONFLICT,
+                f"this would unload {plan.default or model.default_version!r}, the default "
+                f"version of {model.name!r}; promote another first",
+            )
+        with self._file_lock:
+            state = read_desired_state(self._state_dir)
+            state.revision += 1
+            if loaded is not None:
+                plan.load_revisions[loaded] = state.revision
+            state.models[model.name] = plan
+            write_desired_state(self._state_dir, state)
+            return state.revision
+
+    def _require_ready_everywhere(self, model: str, version: str, since: int) -> None:
+        """Every live worker reports ``version`` READY, in a report of revision ``since``
+        or later (an older report may predate an unload that the load undid)."""
         statuses = read_worker_statuses(self._state_dir, self._live_pids())
         states = {
             str(pid): s.get("models", {})
@@ -312,6 +349,8 @@ class AdminServer:
             .get("versions", {})
             .get(version, {})
             .get("state", "ABSENT")
+            if s.get("revision", -1) >= since
+            else f"revision {since} not applied yet"
             for pid, s in statuses.items()
         }
         if not states or any(state != "READY" for state in states.values()):

@@ -61,6 +61,7 @@ _SMOOTHING = 0.1  # weight of the newest batch in the moving average of batch du
 # loaded machine): under overload a queue kept a little shorter still keeps every runner
 # busy, while a request admitted too optimistically does its work and still answers 504.
 _ESTIMATE_MARGIN = 1.5
+_CLOSE_POLL_S = 0.05  # how often close() looks again whether a busy runner was abandoned
 
 
 class BatchListener(Protocol):
@@ -404,21 +405,31 @@ class DynamicBatcher:
                         self._resolve(item, None, ServinglibError("internal batching error"))
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Refuse new requests, run every queued one, stop the threads.
+        """Refuse new requests, run every queued one that can still be answered, stop the
+        threads.
 
-        Lost runners are not waited for; requests nobody can run any more fail with 503.
+        Not waited for: lost runners, and runners in a call that outlived the deadline of
+        every request it serves (each of them was answered 504 at its deadline: nobody is
+        left to answer, so shutdown does not wait for the watchdog's margin or the call).
+        Requests nobody can run any more fail with 503.
         """
         with self._lock:
             self._closed = True
             self._ready.notify_all()
-            lost = set(self._lost)
+        give_up = time.monotonic() + timeout_s
         for i, thread in enumerate(self._threads):
-            if thread.is_alive() and i not in lost:
-                thread.join(timeout_s)
+            while thread.is_alive() and not self._abandoned(i) and time.monotonic() < give_up:
+                thread.join(_CLOSE_POLL_S)
         with self._lock:
             stranded = self._take(self._size)
         for item in stranded:
             _settle(item, None, OverloadedError(f"model {self._name[0]!r} is shutting down"))
+
+    def _abandoned(self, runner: int) -> bool:
+        """Whether ``runner`` is lost, or in a call past every deadline of its batch."""
+        with self._lock:
+            busy = self._busy.get(runner)
+            return runner in self._lost or (busy is not None and self._clock() >= busy[1])
 
     @property
     def depth(self) -> int:

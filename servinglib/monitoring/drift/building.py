@@ -39,6 +39,9 @@ def profile_version(
     """
     from servinglib.lifecycle.registry import ModelRegistry
 
+    problems = (window or WindowSpec()).problems()
+    if problems:
+        raise ProfileError(problems[0])
     config = load_config(config_path)
     registry = ModelRegistry(config)
     record = registry.record(model, version)

@@ -33,6 +33,7 @@ from servinglib.errors import ServinglibError
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "MAX_WINDOW_SLOTS",
     "PROFILE_FILE",
     "FieldProfile",
     "Profile",
@@ -50,6 +51,10 @@ FORMAT_VERSION = 1
 MAX_FIELDS = 64
 NUMERIC_BINS = 10
 TOP_K = 20
+# Slots of the sliding window: the live table is slots x (bins + 4 quality counters per
+# field) int64 per version in every worker (64 fields of 21 bins: 1440 slots ~ 18 MiB);
+# more would let one profile exhaust the server's memory and disk.
+MAX_WINDOW_SLOTS = 1440
 _ARRAY_KINDS = ("length", "norm", "top_class")
 
 
@@ -73,6 +78,22 @@ class WindowSpec:
     def slot_seconds(self) -> float:
         """Length of one time slot."""
         return self.seconds / self.slots
+
+    def problems(self, slots_name: str = "window.slots") -> list[str]:
+        """What makes this window unusable; ``slots_name`` is what the user set it as."""
+        found = []
+        if self.seconds <= 0 or self.slots < 1:
+            found.append("window.seconds must be > 0 and window.slots >= 1")
+        if self.slots > MAX_WINDOW_SLOTS:
+            found.append(
+                f"{slots_name} {self.slots} is above the limit {MAX_WINDOW_SLOTS} (each slot is "
+                "a row of counts, 8 bytes per bin of every field, held per version in every "
+                f"worker's memory and drift file); use at most {MAX_WINDOW_SLOTS}, e.g. 60 "
+                "slots of 10 s for a 600 s window"
+            )
+        if self.requests is not None and self.requests < 1:
+            found.append(f"window.requests {self.requests} must be 1 or more (or unset)")
+        return found
 
 
 DEFAULT_WINDOW = WindowSpec()
@@ -149,9 +170,7 @@ class Profile:
 
     def problems(self) -> list[str]:
         """What makes this profile unusable (empty when it is fine)."""
-        found = []
-        if self.window.seconds <= 0 or self.window.slots < 1:
-            found.append("window.seconds must be > 0 and window.slots >= 1")
+        found = self.window.problems()
         for f in self.fields:
             where = f"{f.role} {f.name!r}"
             expected = len(f.categories) + 1 if f.is_categorical else len(f.edges) + 1

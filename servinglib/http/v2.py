@@ -102,9 +102,6 @@ def model_config(model: str, version: str | None = None) -> Response:
         service.registry.default_version(model),
         settings.input_schema,
     )
-    scheduling = getattr(record.instance, "ensemble_scheduling", None)
-    if callable(scheduling):  # Triton's tools read a composed model as an ensemble
-        config.update(platform="ensemble", backend="", ensemble_scheduling=scheduling())
     return jsonify(config)
 
 

@@ -64,6 +64,9 @@ class InferenceRequest:
         inline: the caller is a thread that would only wait for the answer (a composed
             model's step): a shared unbatched model runs on it instead of on the model's
             own executor, saving two thread hand-offs.
+        observed: False for the calls a version makes while it loads (a composed model's
+            self-tests and warm-up): answered as usual, but neither monitored for drift,
+            written to the prediction log nor copied to shadows.
     """
 
     model: str
@@ -75,6 +78,7 @@ class InferenceRequest:
     timeout_ms: float | None = None
     priority: int | None = None
     inline: bool = False
+    observed: bool = True
 
 
 @dataclass(frozen=True)
@@ -344,6 +348,8 @@ class InferenceService:
         """Hand an answer to drift monitoring, the prediction log and the shadows."""
         ready = call.ready
         elapsed = time.perf_counter() - call.started
+        if not request.observed:
+            return Prediction(ready.model, ready.version, output, elapsed)
         features = request.inputs
         if self.drift is not None:
             self.drift.observe(ready.model, ready.version, features, output)

@@ -48,7 +48,7 @@ DRIFT_GAUGES = (
         "Requests of a version counted in the drift window, summed over every worker.",
     ),
     (
-        "servinglib_output_window_count",
+        "servinglib_drift_output_window_answers",
         "Answers in the drift window per output and bin, on the output's own bins from the "
         "reference profile (label bin: the bin's upper edge, +Inf, or the category).",
     ),

@@ -110,8 +110,13 @@ class PredictionRecorder(Protocol):
 class DriftObserver(Protocol):
     """Drift monitoring, as the service sees it."""
 
-    def observe(self, model: str, version: str, features: Any, output: Any) -> None:
-        """Count one answered request's features and outputs (never raises)."""
+    def observe(
+        self, model: str, version: str, features: Any, output: Any, tensors: bool = False
+    ) -> None:
+        """Count one answered request's features and outputs (never raises).
+
+        ``tensors``: ``features`` are Open Inference tensors by name.
+        """
 
 
 class ShadowSubmitter(Protocol):
@@ -352,7 +357,7 @@ class InferenceService:
             return Prediction(ready.model, ready.version, output, elapsed)
         features = request.inputs
         if self.drift is not None:
-            self.drift.observe(ready.model, ready.version, features, output)
+            self.drift.observe(ready.model, ready.version, features, output, request.tensors)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
             self._recorder.record_prediction(

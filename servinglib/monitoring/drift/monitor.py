@@ -95,14 +95,19 @@ class DriftMonitor(Collector):
         self._flusher: threading.Thread | None = None
         self._failed = False
 
-    def observe(self, model: str, version: str, features: Any, output: Any) -> None:
-        """Queue one answered request; versions without a profile cost one dict lookup."""
+    def observe(
+        self, model: str, version: str, features: Any, output: Any, tensors: bool = False
+    ) -> None:
+        """Queue one answered request; versions without a profile cost one dict lookup.
+
+        ``tensors``: ``features`` are Open Inference tensors, mapped to profiled features.
+        """
         try:
             monitor = self._monitors[model, version]
         except KeyError:
             monitor = self._monitor(model, version)
         if monitor is not None:
-            monitor.observe(features, output)
+            monitor.observe(features, output, tensors)
 
     def flush(self) -> None:
         """Bin every version's queued requests now (the background thread does it anyway)."""

@@ -220,8 +220,9 @@ def _post(url: str, features: dict[str, Any]) -> requests.Response:
     )
 
 
+@pytest.mark.parametrize("worker", ["asyncio", "gthread"])  # the header: a task, a thread
 def test_precomputed_answers_from_the_batch_output_and_falls_back_live(
-    tmp_path: Path, start_server: Callable[..., LiveServer]
+    tmp_path: Path, start_server: Callable[..., LiveServer], worker: str
 ) -> None:
     service = tmp_path / "service"
     shutil.copytree(FIXTURE, service)
@@ -278,7 +279,7 @@ def test_precomputed_answers_from_the_batch_output_and_falls_back_live(
             }
         )
     )
-    server = start_server(service / "servinglib.yaml", "--workers", "1")
+    server = start_server(service / "servinglib.yaml", "--workers", "1", "--worker", worker)
 
     hit = _post(server.url, {"id": 3, "x": 3})
     assert hit.status_code == 200, hit.text

@@ -107,6 +107,20 @@ def test_string_keys_match_strings_and_bytes_tensors_only() -> None:
         request_key(b"\xff", "id", "string")
 
 
+def test_string_keys_answer_json_strings_and_bytes_tensors(tmp_path: Path) -> None:
+    version = tmp_path / "nightly"
+    version.mkdir()
+    table = pa.table({"id": ["ab-1", "1"], "total": [1.0, 2.0]})
+    pq.write_table(table, version / "predictions.parquet")
+    model = _model(version, file="predictions.parquet")
+    assert [(spec.name, spec.datatype) for spec in model.inputs] == [("id", "BYTES")]
+    assert model.predict({"id": "ab-1"}) == {"total": 1.0}
+    assert model.predict({"id": np.array([b"ab-1"], dtype=np.object_)}) == {"total": 1.0}
+    assert model.predict({"id": "1"}) == {"total": 2.0}
+    with pytest.raises(InvalidInputError, match="must be a string"):
+        model.predict({"id": 1})  # the number 1 is not the key "1"
+
+
 def test_duplicate_keys_across_parts_fail_the_load(tmp_path: Path) -> None:
     parts = tmp_path / "nightly" / "predictions"
     parts.mkdir(parents=True)

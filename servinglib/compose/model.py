@@ -27,7 +27,7 @@ from servinglib.compose.spec import (
     Reference,
     Step,
 )
-from servinglib.compose.triton import ensemble_scheduling
+from servinglib.compose.triton import combiner_config, ensemble_scheduling
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -77,7 +77,14 @@ class ComposedModel(Model):
 
     def ensemble_scheduling(self) -> dict[str, Any]:
         """Triton's ``ensemble_scheduling`` for this version (``/v2/models/{m}/config``)."""
-        return ensemble_scheduling(self.spec, self.inputs, self.outputs)
+        name, version = self.settings.name, self.settings.version
+        return ensemble_scheduling(name, version, self.spec, self.inputs, self.outputs)
+
+    def combiner_config(self) -> dict[str, Any] | None:
+        """The Triton configuration of this ensemble version's combiner step (None: a pipeline)."""
+        if not isinstance(self.spec, EnsembleVersion):
+            return None
+        return combiner_config(self.settings.name, self.settings.version, self.spec, self.outputs)
 
     def predict(self, features: Any) -> Any:
         """Run the steps (or members) and build the answer."""

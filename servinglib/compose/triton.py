@@ -8,8 +8,9 @@ aside), every ensemble input read, and every ensemble output written. So:
 - a step output read by a later step is the tensor ``step.output`` (the ensemble output's
   own name when it is also an answer); a step read whole is the tensor ``step``;
 - an ensemble's members each write ``member.output`` for every declared output, and a last
-  step, ``servinglib_combiner`` (the combiner, which Triton has no model for), reads them all
-  and writes the ensemble's outputs.
+  step, the combiner (model ``<ensemble>_combiner``, whose configuration
+  :func:`combiner_config` gives, as Triton's tools fetch every step's), reads them all and
+  writes the ensemble's outputs.
 
 Declare the composed model's ``inputs:`` and ``outputs:``: without them there is nothing to
 map the request and the answer to.
@@ -23,41 +24,71 @@ from typing import Any
 from servinglib.compose.spec import REQUEST, EnsembleVersion, PipelineVersion, Reference, Step
 from servinglib.model import TensorSpec
 
-__all__ = ["COMBINER_STEP", "ensemble_scheduling"]
+__all__ = ["COMBINER_SUFFIX", "combiner_config", "ensemble_scheduling"]
 
-COMBINER_STEP = "servinglib_combiner"
+COMBINER_SUFFIX = "_combiner"  # the combiner step of ensemble E is the model E_combiner
 _WHOLE = "output"  # the output name of a step's whole answer, and of an undeclared answer
 
 
 def ensemble_scheduling(
+    name: str,
+    version: str,
     spec: PipelineVersion | EnsembleVersion,
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
 ) -> dict[str, Any]:
-    """Triton's ``ensemble_scheduling`` of one composed version (``{"step": [...]}``)."""
+    """Triton's ``ensemble_scheduling`` of version ``version`` of ``name``."""
     request = {t.name: t.name for t in inputs} or {REQUEST: REQUEST}
     answer = [t.name for t in outputs] or [_WHOLE]
     if isinstance(spec, EnsembleVersion):
-        return {"step": _ensemble_steps(spec, request, answer)}
+        return {"step": _ensemble_steps(name, version, spec, request, answer)}
     return {"step": _pipeline_steps(spec, request, answer)}
 
 
+def combiner_config(
+    name: str, version: str, spec: EnsembleVersion, outputs: Sequence[TensorSpec]
+) -> dict[str, Any]:
+    """The Triton configuration of ensemble ``name``'s combiner step (one per version)."""
+
+    def tensor(tensor_name: str, spec: TensorSpec | None) -> dict[str, Any]:
+        datatype = "BYTES" if spec is None else spec.datatype
+        dims = [1] if spec is None or not spec.shape else list(spec.shape)
+        data_type = "TYPE_STRING" if datatype == "BYTES" else f"TYPE_{datatype}"
+        return {"name": tensor_name, "data_type": data_type, "dims": dims}
+
+    declared: list[tuple[str, TensorSpec | None]] = [(t.name, t) for t in outputs]
+    answer = declared or [(_WHOLE, None)]
+    function = spec.function if spec.combiner == "custom" else spec.combiner
+    return {
+        "name": name + COMBINER_SUFFIX,
+        "platform": "servinglib_combiner",
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [
+            tensor(f"{member.name}.{out}", t) for member in spec.members for out, t in answer
+        ],
+        "output": [tensor(out, t) for out, t in answer],
+        "version_policy": {"specific": {"versions": [int(version)]}}
+        if version.isdigit()
+        else {"all": {}},
+        "parameters": {"servinglib_combiner": {"string_value": str(function)}},
+    }
+
+
 def _ensemble_steps(
-    spec: EnsembleVersion, request: Mapping[str, str], answer: Sequence[str]
+    name: str,
+    version: str,
+    spec: EnsembleVersion,
+    request: Mapping[str, str],
+    answer: Sequence[str],
 ) -> list[dict[str, Any]]:
     steps = [
-        _step(member.as_step(), dict(request), {name: f"{member.name}.{name}" for name in answer})
+        _step(member.as_step(), dict(request), {out: f"{member.name}.{out}" for out in answer})
         for member in spec.members
     ]
     written = {tensor: tensor for step in steps for tensor in step["output_map"].values()}
-    steps.append(
-        {
-            "model_name": COMBINER_STEP,
-            "model_version": -1,
-            "input_map": written,
-            "output_map": {name: name for name in answer},
-        }
-    )
+    combiner = Step(COMBINER_SUFFIX, name + COMBINER_SUFFIX, version)
+    steps.append(_step(combiner, written, {out: out for out in answer}))
     return steps
 
 

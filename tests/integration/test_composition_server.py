@@ -162,6 +162,16 @@ def test_triton_client_reads_the_ensemble_and_infers_through_it(server: LiveServ
         assert loader_problems(config) == []  # Triton's loader would load it
         for model in ("prep", "linear", "head", "const", "flaky"):
             assert loader_problems(client.get_model_config(model)) == [], model
+        # every step has a configuration, the ensemble's combiner too (perf_analyzer reads them)
+        ensemble = client.get_model_config("vote-rest")
+        for step in ensemble["ensemble_scheduling"]["step"]:
+            version = str(step["model_version"]) if step["model_version"] > 0 else ""
+            assert (
+                client.get_model_config(step["model_name"], version)["name"] == step["model_name"]
+            )
+        combiner = client.get_model_config("vote-rest_combiner")
+        assert combiner["parameters"]["servinglib_combiner"] == {"string_value": "weighted_mean"}
+        assert loader_problems(combiner) == []
         metadata = client.get_model_metadata("classify")
         assert metadata["platform"] == "ensemble"
         assert [i["name"] for i in metadata["inputs"]] == ["values"]

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servinglib.compose.spec import parse_composition
-from servinglib.compose.triton import COMBINER_STEP, ensemble_scheduling
+from servinglib.compose.spec import EnsembleVersion, parse_composition
+from servinglib.compose.triton import combiner_config, ensemble_scheduling
 from servinglib.config.spec import BatchPolicy
 from servinglib.describe.triton_config import tensor_metadata, triton_model_config
 from servinglib.errors import InvalidInputError
@@ -137,7 +137,7 @@ class Composed:
         self.inputs, self.outputs = inputs, outputs
 
     def ensemble_scheduling(self) -> dict[str, Any]:
-        return ensemble_scheduling(self.spec, self.inputs, self.outputs)
+        return ensemble_scheduling("c", "1", self.spec, self.inputs, self.outputs)
 
 
 MEASUREMENTS = (TensorSpec("measurements", "FP64", (30,)),)
@@ -210,7 +210,7 @@ def test_the_ensemble_members_feed_a_combiner_step() -> None:
             "label": "breast-cancer:1.label",
         },
     }
-    assert steps[-1]["model_name"] == COMBINER_STEP
+    assert (steps[-1]["model_name"], steps[-1]["model_version"]) == ("c_combiner", 1)
     assert sorted(steps[-1]["input_map"]) == [
         "breast-cancer:1.label",
         "breast-cancer:1.probability_malignant",
@@ -221,6 +221,17 @@ def test_the_ensemble_members_feed_a_combiner_step() -> None:
         "probability_malignant": "probability_malignant",
         "label": "label",
     }
+    # the step's model has a configuration too (perf_analyzer reads every step's), whose
+    # inputs are what the members write and whose outputs are the ensemble's
+    assert isinstance(composed.spec, EnsembleVersion)
+    config = combiner_config("c", "1", composed.spec, CANCER_OUT)
+    assert config["name"] == "c_combiner"
+    assert [t["name"] for t in config["input"]] == list(steps[-1]["input_map"])
+    assert [t["name"] for t in config["output"]] == ["probability_malignant", "label"]
+    assert config["parameters"]["servinglib_combiner"] == {
+        "string_value": "models.breast_cancer.ensemble:mean_probability"
+    }
+    assert loader_problems(config) == []
 
 
 def test_the_rules_catch_what_triton_refuses() -> None:

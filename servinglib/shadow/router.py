@@ -217,8 +217,8 @@ WARNING_INTERVAL_S = 60.0  # at most one warning per shadow and outcome this oft
 class _RateLimitedWarnings:
     """One warning per (model, version, outcome) per interval, with how many it stands for.
 
-    Under load a refused or unready shadow would otherwise write a line per copy; the
-    counter ``servinglib_shadow_requests_total`` has every one.
+    Under load a refused, late or unready shadow would otherwise write a line per copy
+    (not compared); the counter ``servinglib_shadow_requests_total`` has every one.
     """
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -228,7 +228,7 @@ class _RateLimitedWarnings:
         self._next: dict[tuple[str, str, str], float] = {}
         self._quiet: dict[tuple[str, str, str], int] = {}
 
-    def warn(self, model: str, version: str, outcome: str, message: str, error: Exception) -> None:
+    def warn(self, model: str, version: str, outcome: str, message: str, error: object) -> None:
         key = (model, version, outcome)
         now = self._clock()
         with self._lock:
@@ -384,12 +384,9 @@ class ShadowRouter:
             elapsed = time.perf_counter() - started
             if elapsed * 1000 > shadow.config.timeout_ms:
                 outcome = "timeout"
-                log.warning(
-                    "shadow %r version %r took %.0f ms (timeout %d ms); not compared",
-                    model,
-                    version,
-                    elapsed * 1000,
-                    shadow.config.timeout_ms,
+                late = f"took {elapsed * 1000:.0f} ms (timeout {shadow.config.timeout_ms} ms)"
+                self._warnings.warn(
+                    model, version, outcome, "shadow %r version %r %s; not compared", late
                 )
                 return
             comparison = shadow.compare(output, answer)
@@ -401,11 +398,9 @@ class ShadowRouter:
                 )
         except DeadlineExceededError:
             outcome = "timeout"
-            log.warning(
-                "shadow %r version %r did not answer within %d ms; not compared",
-                model,
-                version,
-                shadow.config.timeout_ms,
+            late = f"did not answer within {shadow.config.timeout_ms} ms"
+            self._warnings.warn(
+                model, version, outcome, "shadow %r version %r %s; not compared", late
             )
         except OverloadedError as e:  # READY, but its queue turned the copy away
             outcome = "refused"

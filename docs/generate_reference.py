@@ -309,7 +309,7 @@ def render_metrics_reference() -> str:
     for name, documentation in DRIFT_GAUGES:
         labels = {
             "servinglib_drift_window_requests": "`model`, `version`",
-            "servinglib_output_window_count": "`model`, `version`, `output`, `bin`",
+            "servinglib_drift_output_window_answers": "`model`, `version`, `output`, `bin`",
         }.get(name, "`model`, `version`, `field`, `role`")
         lines.append(f"| `{name}` | gauge | {labels} | {_cell(documentation)} |")
     lines += [

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from servinglib.errors import InvalidInputError
 
 __all__ = [
+    "PRECOMPUTED_LOOKUP",
     "REQUEST_DEADLINE",
     "Model",
     "ModelCaller",
@@ -75,6 +76,11 @@ class SelfTestCase:
 # The absolute deadline (time.monotonic) of the request being answered on this thread; a
 # composed model's lane sets it around predict() so the steps share the request's deadline.
 REQUEST_DEADLINE: ContextVar[float | None] = ContextVar("servinglib_request_deadline", default=None)
+
+# How a ``runtime: precomputed`` version answered the request being admitted in this context
+# (``hit`` or ``miss``), set when it looks the key up; the HTTP layer resets it for each
+# request and sends it as the ``x-servinglib-precomputed`` header.
+PRECOMPUTED_LOOKUP: ContextVar[str | None] = ContextVar("servinglib_precomputed", default=None)
 
 
 class ModelCaller(Protocol):

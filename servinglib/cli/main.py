@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from servinglib.errors import ServinglibError
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a command killed by SIGPIPE (128 + 13)
 
 
 DOCS = "https://github.com/servinglib/servinglib/tree/main/docs/reference/cli.md"
@@ -175,7 +177,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``servinglib`` console script; returns the exit code."""
-    args = _parser().parse_args(argv)
+    try:
+        return _run(_parser().parse_args(argv))
+    except BrokenPipeError:  # `servinglib admin status | head`: the reader left, quietly
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):  # stdout closed, or not a real file
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "init":
             return _init(args.directory, force=args.force)

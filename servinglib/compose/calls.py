@@ -5,6 +5,8 @@ service exists; the worker binds it to the service before any model loads. A ste
 is an :class:`~servinglib.serving.service.InferenceRequest` of the member model, so its batcher,
 instances, admission checks, metrics and deadline apply; its budget is what remains of the
 composed request's deadline, and a step whose usual duration no longer fits never starts.
+The calls of a version that is still loading (its self-tests and warm-up) are not
+monitored, logged or shadowed.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from servinglib.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    ServinglibError,
     VersionNotFoundError,
 )
 from servinglib.lifecycle.importing import import_object
+from servinglib.lifecycle.registry import VersionState
 from servinglib.serving.service import InferenceRequest, InferenceService
 
 __all__ = ["LaneCaller", "StepListener"]
@@ -146,7 +150,16 @@ class LaneCaller:
             tensors=_are_tensors(inputs),
             timeout_ms=timeout_ms,
             inline=True,
+            observed=self._serving(owner),
         )
+
+    def _serving(self, owner: tuple[str, str, str]) -> bool:
+        """Whether the calling version serves traffic (not self-testing or warming up)."""
+        try:
+            record = self._bound().registry.record(owner[0], owner[1])
+        except ServinglibError:
+            return True
+        return record.state is VersionState.READY
 
     def _finished(self, owner: tuple[str, str, str], started: float, ok: bool) -> None:
         seconds = self._clock() - started

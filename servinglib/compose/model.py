@@ -27,6 +27,7 @@ from servinglib.compose.spec import (
     Reference,
     Step,
 )
+from servinglib.compose.triton import combiner_config, ensemble_scheduling
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -76,35 +77,14 @@ class ComposedModel(Model):
 
     def ensemble_scheduling(self) -> dict[str, Any]:
         """Triton's ``ensemble_scheduling`` for this version (``/v2/models/{m}/config``)."""
-        answer = self.spec.outputs if isinstance(self.spec, PipelineVersion) else {}
-        final = (
-            {str(ref): name for name, ref in answer.items()} if isinstance(answer, Mapping) else {}
-        )
-        read = {
-            str(ref)
-            for step in self.spec.steps
-            for ref in (step.inputs or {}).values()
-            if ref.source != REQUEST and ref.field is not None
-        }
-        steps = []
-        for step in self.spec.steps:
-            inputs = {name: _tensor_name(ref) for name, ref in (step.inputs or {}).items()}
-            outputs = {
-                key.partition(".")[2]: final.get(key, key)
-                for key in sorted(read | set(final))
-                if key.startswith(step.name + ".")
-            }
-            steps.append(
-                {
-                    "model_name": step.model,
-                    "model_version": int(step.version)
-                    if step.version is not None and step.version.isdigit()
-                    else -1,
-                    "input_map": inputs,
-                    "output_map": outputs,
-                }
-            )
-        return {"step": steps}
+        name, version = self.settings.name, self.settings.version
+        return ensemble_scheduling(name, version, self.spec, self.inputs, self.outputs)
+
+    def combiner_config(self) -> dict[str, Any] | None:
+        """The Triton configuration of this ensemble version's combiner step (None: a pipeline)."""
+        if not isinstance(self.spec, EnsembleVersion):
+            return None
+        return combiner_config(self.settings.name, self.settings.version, self.spec, self.outputs)
 
     def predict(self, features: Any) -> Any:
         """Run the steps (or members) and build the answer."""
@@ -217,6 +197,18 @@ class ComposedModel(Model):
                 weights.append(member.weight)
         if failed and (spec.on_member_failure == "fail" or len(answers) < spec.min_members):
             raise failed[0][1]
+        try:
+            combined = self._combine_answers(spec, answers, weights)
+        except Exception:
+            if spec.on_member_failure == "fail":
+                raise
+            # answer_from_rest: a member whose answer the combiner cannot use failed too
+            names = [m.name for m, o in zip(spec.members, outcomes, strict=True) if not _raised(o)]
+            kept, unusable = self._usable(spec, names, answers, weights)
+            if len(kept[0]) < spec.min_members or not kept[0]:
+                raise
+            failed += unusable
+            combined = self._combine_answers(spec, *kept)
         if failed:
             log.warning(
                 "model %r version %r answered without member(s) %s",
@@ -224,22 +216,45 @@ class ComposedModel(Model):
                 self.settings.version,
                 [name for name, _ in failed],
             )
+        return combined
+
+    def _combine_answers(
+        self, spec: EnsembleVersion, answers: list[Any], weights: list[float]
+    ) -> Any:
         if self._combiner is not None:
             return self._combiner(answers, weights)
         return combine(spec.combiner, answers, weights)
+
+    def _usable(
+        self, spec: EnsembleVersion, names: list[str], answers: list[Any], weights: list[float]
+    ) -> tuple[tuple[list[Any], list[float]], list[tuple[str, BaseException]]]:
+        """The answers the combiner can use together, in member order, and the others.
+
+        Each answer joins those kept so far when the combiner accepts them all (the first
+        usable answer sets the shape the others must share).
+        """
+        kept: list[Any] = []
+        kept_weights: list[float] = []
+        unusable: list[tuple[str, BaseException]] = []
+        for name, answer, weight in zip(names, answers, weights, strict=True):
+            try:
+                self._combine_answers(spec, [*kept, answer], [*kept_weights, weight])
+            except Exception as e:
+                unusable.append((name, e))
+                continue
+            kept.append(answer)
+            kept_weights.append(weight)
+        return (kept, kept_weights), unusable
+
+
+def _raised(outcome: Any) -> bool:
+    return isinstance(outcome, BaseException)
 
 
 def _remaining(deadline: float | None) -> float | None:
     if deadline is None:
         return None
     return max(0.0, deadline - time.monotonic())
-
-
-def _tensor_name(ref: Reference) -> str:
-    """The request's own inputs keep their names; step outputs are ``step.output``."""
-    if ref.source == REQUEST:
-        return ref.field or REQUEST
-    return str(ref)
 
 
 def _read(ref: Reference, results: Mapping[str, Any], reader: str) -> Any:

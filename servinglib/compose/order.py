@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from servinglib.compose.spec import Composition, Step
 
@@ -15,6 +15,8 @@ class _Composable(Protocol):
     def name(self) -> str: ...
     @property
     def composition(self) -> Composition | None: ...
+    @property
+    def runtime_options(self) -> Mapping[str, Any]: ...
 
 
 M = TypeVar("M", bound=_Composable)
@@ -41,16 +43,20 @@ def step_order(steps: Sequence[Step]) -> list[list[Step]]:
 
 
 def _calls(model: _Composable) -> set[str]:
+    fallback = model.runtime_options.get("fallback_model")  # runtime: precomputed
     if model.composition is None:
-        return set()
+        return set() if fallback is None else {str(fallback)}
     return {step.model for spec in model.composition.versions.values() for step in spec.steps}
 
 
 def load_order(models: Sequence[M]) -> list[M]:
-    """Plain models in their order, then composed ones, each after the models it calls."""
-    order = [m for m in models if m.composition is None]
+    """Plain models in their order, then the others, each after the models it calls.
+
+    (Composed models call their steps; a ``runtime: precomputed`` model its fallback.)
+    """
+    order = [m for m in models if not _calls(m)]
     placed = {m.name for m in order}
-    left = [m for m in models if m.composition is not None]
+    left = [m for m in models if _calls(m)]
     while left:
         ready = [m for m in left if _calls(m) <= placed] or left  # a cycle: config refuses it
         order.append(ready[0])

@@ -1,14 +1,20 @@
-"""Checks of servinglib.yaml beyond its JSON Schema: contained paths and routed versions."""
+"""Checks of servinglib.yaml beyond its JSON Schema: contained paths, routed versions and
+the model answering a precomputed version's misses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ConfigError
 
-__all__ = ["check_routed_versions", "resolve_inside", "resolve_log_url"]
+__all__ = [
+    "check_routed_versions",
+    "precomputed_fallback",
+    "resolve_inside",
+    "resolve_log_url",
+]
 
 
 def resolve_inside(root: Path, relative: str, *, label: str, key_path: str) -> Path:
@@ -72,3 +78,49 @@ def resolve_log_url(url: str, root: Path, label: str) -> str:
         return url
     resolved = resolve_inside(root, path, label=label, key_path="monitoring.prediction_log.url")
     return f"sqlite:///{resolved}"
+
+
+def precomputed_fallback(
+    entry: Mapping[str, Any],
+    entries: Sequence[Mapping[str, Any]],
+    root: Path,
+    label: str,
+    where: str,
+) -> str | None:
+    """The model whose lane answers a ``runtime: precomputed`` entry's misses (None: none).
+
+    ``runtime_options.fallback_model`` names it; else ``fallback_version`` alone means the
+    model that serves the same repository (the version the batch job scored with).
+    """
+    options = entry.get("runtime_options", {})
+    named, version = options.get("fallback_model"), options.get("fallback_version")
+    served = {e["name"]: e for e in entries}
+    if named is not None:
+        other = served.get(named)
+        if other is None or named == entry["name"] or other.get("runtime") == "precomputed":
+            raise ConfigError(
+                f"fallback_model {named!r} is not a model that can answer misses; name another "
+                f"configured model that is not runtime: precomputed (one of {sorted(served)})",
+                source=label,
+                key_path=f"{where}.runtime_options.fallback_model",
+            )
+        return str(named)
+    if version is None:
+        return None
+    repository = (root / entry["repository"]).resolve()
+    for other in entries:
+        if (
+            other.get("runtime") != "precomputed"
+            and (root / other["repository"]).resolve() == repository
+            and str(version) in other.get("versions", [str(version)])
+            and (repository / str(version)).is_dir()
+        ):
+            return str(other["name"])
+    raise ConfigError(
+        f"fallback_version {version!r} of {entry['repository']!r} is a version no other model "
+        "serves: add a model for it (e.g. class: your Model class, repository: "
+        f"{entry['repository']}) so misses go through its lane, or name one with "
+        "runtime_options.fallback_model",
+        source=label,
+        key_path=f"{where}.runtime_options.fallback_version",
+    )

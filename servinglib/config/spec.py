@@ -22,7 +22,12 @@ import yaml
 
 from servinglib.compose.checks import check_compositions
 from servinglib.compose.spec import Composition, parse_composition
-from servinglib.config.checks import check_routed_versions, resolve_inside, resolve_log_url
+from servinglib.config.checks import (
+    check_routed_versions,
+    precomputed_fallback,
+    resolve_inside,
+    resolve_log_url,
+)
 from servinglib.config.env import ENV_PREFIX, apply_env_overrides
 from servinglib.config.schema_errors import validate_against_schema
 from servinglib.errors import ConfigError
@@ -360,11 +365,11 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
         runtime = entry.get("runtime")
         check_routed_versions(entry, repository, label, where)
         given = _given(entry, _MODEL_KEYS)
-        if runtime == "precomputed":  # its fallback_class is imported the way `class` is
+        if runtime == "precomputed":  # its misses go to the fallback model's lane
+            fallback = precomputed_fallback(entry, raw["models"], root, label, where)
             given["runtime_options"] = {
                 **entry.get("runtime_options", {}),
-                "config_root": str(root),
-                "python_path": [str(p) for p in python_path],
+                **({"fallback_model": fallback} if fallback is not None else {}),
             }
         routing = entry.get("routing_key", {})
         if "header" in routing:

@@ -7,6 +7,10 @@ dimension when ``max_batch_size`` > 0). So the document must say what the server
 - ``max_batch_size`` and ``dynamic_batching`` come from the model's ``batching:`` settings
   (0 and no block when the model does not batch);
 - ``platform`` / ``backend`` name the runtime: ONNX Runtime, TorchScript, or a Python class;
+- ``dims`` are never empty (Triton's loader refuses it): a tensor of one value per row is
+  ``dims: [1]`` with ``reshape: {shape: []}`` (``dims: [1]`` without batching);
+- a composed model is an ``ensemble`` whose steps map their inputs and outputs (see
+  :mod:`servinglib.compose.triton`), with neither instance groups nor dynamic batching;
 - with batching, ``dims`` leave out the leading batch dimension. Tensors whose declared
   shape starts with -1 (runtime models) carry their rows already; for the other models
   (Python classes that answer one item per call) the server splits a leading batch
@@ -67,6 +71,15 @@ def triton_model_config(
         if batching is not None and not split and dims and dims[0] == -1:
             dims = dims[1:]  # the batch dimension is implied by max_batch_size
         data_type = _TRITON_TYPES.get(spec.datatype, f"TYPE_{spec.datatype}")
+        if not dims and batching is not None:  # one value per row: [1], reshaped to a scalar
+            return {
+                "name": spec.name,
+                "data_type": data_type,
+                "dims": [1],
+                "reshape": {"shape": []},
+            }
+        if not dims:  # a scalar of a model that does not batch
+            return {"name": spec.name, "data_type": data_type, "dims": [1]}
         return {"name": spec.name, "data_type": data_type, "dims": dims}
 
     policy: dict[str, Any] = (
@@ -85,6 +98,13 @@ def triton_model_config(
         "instance_group": [{"name": name, "kind": "KIND_CPU", "count": 1}],
         "parameters": {"servinglib_default_version": {"string_value": default_version}},
     }
+    scheduling = getattr(instance, "ensemble_scheduling", None)
+    if callable(scheduling):  # Triton's tools read a composed model as an ensemble
+        # Triton refuses instance groups on an ensemble, and its scheduling is one of
+        # dynamic_batching or ensemble_scheduling (the members batch, in their own lanes)
+        del config["instance_group"]
+        config.update(platform="ensemble", backend="", ensemble_scheduling=scheduling())
+        return config
     if batching is not None:
         config["dynamic_batching"] = {
             "preferred_batch_size": list(batching.preferred_batch_sizes),

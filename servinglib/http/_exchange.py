@@ -28,6 +28,7 @@ from servinglib.http._payload import (
 )
 from servinglib.http._protocols import Encoded, InferProtocol, JsonProtocol, V2Protocol
 from servinglib.http.errors import HttpError, describe, too_large
+from servinglib.model import PRECOMPUTED_LOOKUP
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.content_coding import (
@@ -40,6 +41,7 @@ from servinglib.wire.content_coding import (
 __all__ = ["Endpoints", "Exchange", "Reply"]
 
 Header = Callable[[str], str | None]
+PRECOMPUTED_HEADER = "x-servinglib-precomputed"  # hit | miss: how runtime: precomputed answered
 Match = tuple[JsonProtocol, str | None, str | None]  # protocol, model and version of a path
 
 
@@ -160,6 +162,7 @@ class Exchange:
         self.version = ""
         self._in_flight = endpoints.metrics.in_flight_gauge(protocol.name)
         self._in_flight.inc()
+        PRECOMPUTED_LOOKUP.set(None)  # this thread or task may have answered one before
 
     def check_head(self) -> None:
         """Refuse a request by its method, path, content type or declared length.
@@ -273,4 +276,7 @@ class Exchange:
         ]
         if version:
             headers.append((VERSION_HEADER, version))
+        lookup = PRECOMPUTED_LOOKUP.get()
+        if lookup is not None:
+            headers.append((PRECOMPUTED_HEADER, lookup))
         return Reply(self._status, headers, body, followups, self._outcome == "shed")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from importlib.metadata import version as package_version
+from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
+from servinglib.compose.triton import COMBINER_SUFFIX
 from servinglib.describe.triton_config import tensor_metadata, triton_model_config
 from servinglib.errors import InvalidInputError, public_reason
 from servinglib.http._payload import json_body, request_bytes
@@ -88,8 +90,15 @@ def model_ready(model: str, version: str | None = None) -> Response:
 @v2_blueprint.get("/models/<model>/config")
 @v2_blueprint.get("/models/<model>/versions/<version>/config")
 def model_config(model: str, version: str | None = None) -> Response:
-    """Triton model configuration JSON, so Triton's client tools can drive the model."""
+    """Triton model configuration JSON, so Triton's client tools can drive the model.
+
+    ``<ensemble>_combiner`` is the combiner step of an ensemble's scheduling: Triton's tools
+    (perf_analyzer) read the configuration of every step.
+    """
     service = _service()
+    combiner = _combiner(service, model, version)
+    if combiner is not None:
+        return jsonify(combiner)
     record = service.registry.get(model, version)
     settings = service.registry.model_config(model)
     config = triton_model_config(
@@ -102,9 +111,6 @@ def model_config(model: str, version: str | None = None) -> Response:
         service.registry.default_version(model),
         settings.input_schema,
     )
-    scheduling = getattr(record.instance, "ensemble_scheduling", None)
-    if callable(scheduling):  # Triton's tools read a composed model as an ensemble
-        config.update(platform="ensemble", backend="", ensemble_scheduling=scheduling())
     return jsonify(config)
 
 
@@ -126,6 +132,15 @@ def repository_index() -> Response:
                 entry["reason"] = public_reason(record.reason)
             entries.append(entry)
     return jsonify(entries)
+
+
+def _combiner(service: InferenceService, model: str, version: str | None) -> Any:
+    """The combiner step's configuration when ``model`` names one (and no model of its own)."""
+    base = model.removesuffix(COMBINER_SUFFIX)
+    if base == model or model in service.models or base not in service.models:
+        return None
+    config = getattr(service.registry.get(base, version).instance, "combiner_config", None)
+    return config() if callable(config) else None
 
 
 def _platform(instance: object) -> str:

@@ -64,7 +64,8 @@ def run_profile(args: argparse.Namespace) -> int:
         window=window,
     )
     for field in profile.fields:
-        print(f"{field.role:8} {field.name:24} {field.kind:12} {field.bins} bins")
+        note = "  every reference value is missing" if field.null_share == 1 else ""
+        print(f"{field.role:8} {field.name:24} {field.kind:12} {field.bins} bins{note}")
     print(f"profile of {len(profile.fields)} field(s) written to {path}")
     return 0
 

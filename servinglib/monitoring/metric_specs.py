@@ -159,7 +159,10 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "shadow_requests",
         "counter",
         "servinglib_shadow_requests_total",
-        "Shadow copies that ran, by outcome (ok, error, timeout, not_ready).",
+        "Shadow copies that ran, by outcome: ok, error, timeout, refused (the shadow version "
+        "is READY but its queue turned the copy away: full, or the copy could not finish "
+        "within timeout_ms) or not_ready (the version cannot answer); every configured pair "
+        "starts at 0.",
         (*_SHADOW_LABELS, "outcome"),
     ),
     MetricSpec(

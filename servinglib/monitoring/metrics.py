@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+SHADOW_OUTCOMES = ("ok", "error", "timeout", "refused", "not_ready")
 
 
 def multiprocess_dir() -> str | None:
@@ -131,19 +132,26 @@ class ServingMetrics:
         self._child("input_rejected_total", model, field).inc()
 
     def declare_shadow_pairs(self, config: ServiceConfig) -> None:
-        """Start ``servinglib_shadow_dropped_total`` at 0 for every configured shadow pair.
+        """Start every shadow counter at 0 for every configured shadow pair.
 
         A counter child appears only once a label set is used; without this, "nothing
-        dropped" would be an absent series, which dashboards and alerts cannot tell from
-        "not scraped". Primaries: the default version and every version with traffic.
+        dropped" or "never agreed" would be an absent series, which dashboards and alerts
+        (the agreement ratio of ``ServinglibShadowDisagreement``) cannot tell from "not
+        scraped". Primaries: the default version and every version with traffic.
         """
         for model in config.models:
             primaries = {model.default_version, *(model.traffic or {})}
             for shadow in model.shadows:
                 for primary in sorted(primaries - {shadow.version}):
-                    self._child("shadow_dropped_total", model.name, primary, shadow.version)
+                    self._declare_pair(model.name, primary, shadow.version)
                     if config.shadow_executor.max_cpu_share is not None:
                         self._child("shadow_shed_total", model.name, primary, shadow.version)
+
+    def _declare_pair(self, model: str, primary: str, shadow: str) -> None:
+        for attr in ("shadow_dropped_total", "shadow_comparisons", "shadow_agreements"):
+            self._child(attr, model, primary, shadow)
+        for outcome in SHADOW_OUTCOMES:
+            self._child("shadow_requests", model, primary, shadow, outcome)
 
     # ShadowListener
     def shadow_dropped(self, model: str, primary: str, shadow: str) -> None:
@@ -166,8 +174,9 @@ class ServingMetrics:
     ) -> None:
         """Count a comparison, an agreement, and observe the difference."""
         self._child("shadow_comparisons", model, primary, shadow).inc()
+        agreements = self._child("shadow_agreements", model, primary, shadow)  # 0 if none agree
         if comparison.agree:
-            self._child("shadow_agreements", model, primary, shadow).inc()
+            agreements.inc()
         if comparison.difference is not None and math.isfinite(comparison.difference):
             self._child("shadow_difference", model, primary, shadow).observe(comparison.difference)
 

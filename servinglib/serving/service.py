@@ -64,6 +64,9 @@ class InferenceRequest:
         inline: the caller is a thread that would only wait for the answer (a composed
             model's step): a shared unbatched model runs on it instead of on the model's
             own executor, saving two thread hand-offs.
+        observed: False for the calls a version makes while it loads (a composed model's
+            self-tests and warm-up): answered as usual, but neither monitored for drift,
+            written to the prediction log nor copied to shadows.
     """
 
     model: str
@@ -75,6 +78,7 @@ class InferenceRequest:
     timeout_ms: float | None = None
     priority: int | None = None
     inline: bool = False
+    observed: bool = True
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,13 @@ class PredictionRecorder(Protocol):
 class DriftObserver(Protocol):
     """Drift monitoring, as the service sees it."""
 
-    def observe(self, model: str, version: str, features: Any, output: Any) -> None:
-        """Count one answered request's features and outputs (never raises)."""
+    def observe(
+        self, model: str, version: str, features: Any, output: Any, tensors: bool = False
+    ) -> None:
+        """Count one answered request's features and outputs (never raises).
+
+        ``tensors``: ``features`` are Open Inference tensors by name.
+        """
 
 
 class ShadowSubmitter(Protocol):
@@ -344,9 +353,11 @@ class InferenceService:
         """Hand an answer to drift monitoring, the prediction log and the shadows."""
         ready = call.ready
         elapsed = time.perf_counter() - call.started
+        if not request.observed:
+            return Prediction(ready.model, ready.version, output, elapsed)
         features = request.inputs
         if self.drift is not None:
-            self.drift.observe(ready.model, ready.version, features, output)
+            self.drift.observe(ready.model, ready.version, features, output, request.tensors)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
             self._recorder.record_prediction(

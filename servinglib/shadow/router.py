@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servinglib.config.spec import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
-from servinglib.errors import ConfigError, DeadlineExceededError, ServinglibError
+from servinglib.errors import (
+    ConfigError,
+    DeadlineExceededError,
+    OverloadedError,
+    ServinglibError,
+)
 from servinglib.lifecycle.importing import import_object
 from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.lifecycle.selftest import compare_outputs, to_plain
@@ -64,7 +69,11 @@ class ShadowListener(Protocol):
     def shadow_finished(
         self, model: str, primary: str, shadow: str, outcome: str, seconds: float
     ) -> None:
-        """A copy ran: ``outcome`` is ok, error, timeout or not_ready."""
+        """A copy ran: ``outcome`` is ok, error, timeout, refused or not_ready.
+
+        refused: the shadow version is READY but its queue turned the copy away (full, or
+        the copy could not finish within ``timeout_ms``); not_ready: it cannot answer.
+        """
 
     def shadow_compared(
         self, model: str, primary: str, shadow: str, comparison: Comparison
@@ -202,6 +211,41 @@ def make_comparator(
     return builders[config.kind](config)
 
 
+WARNING_INTERVAL_S = 60.0  # at most one warning per shadow and outcome this often
+
+
+class _RateLimitedWarnings:
+    """One warning per (model, version, outcome) per interval, with how many it stands for.
+
+    Under load a refused, late or unready shadow would otherwise write a line per copy
+    (not compared); the counter ``servinglib_shadow_requests_total`` has every one.
+    """
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next: dict[tuple[str, str, str], float] = {}
+        self._quiet: dict[tuple[str, str, str], int] = {}
+
+    def warn(self, model: str, version: str, outcome: str, message: str, error: object) -> None:
+        key = (model, version, outcome)
+        now = self._clock()
+        with self._lock:
+            if now < self._next.get(key, -math.inf):
+                self._quiet[key] = self._quiet.get(key, 0) + 1
+                return
+            self._next[key] = now + self._interval_s
+            quiet = self._quiet.pop(key, 0)
+        suffix = (
+            f" ({quiet} more {outcome} cop{'y' if quiet == 1 else 'ies'} in the last "
+            f"{self._interval_s:g} s not logged)"
+            if quiet
+            else ""
+        )
+        log.warning(message + "%s", model, version, error, suffix)
+
+
 ShadowCall = Callable[[str, str, Any, float], Any]
 """``(model, version, features, timeout_s) -> answer``: a call on the version's executor."""
 
@@ -250,6 +294,7 @@ class ShadowRouter:
         )
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
+        self._warnings = _RateLimitedWarnings(WARNING_INTERVAL_S)
         self._budget: CpuBudget | None = None
         if bounds.max_cpu_share is not None:
             self._budget = CpuBudget(bounds.max_cpu_share)
@@ -339,12 +384,9 @@ class ShadowRouter:
             elapsed = time.perf_counter() - started
             if elapsed * 1000 > shadow.config.timeout_ms:
                 outcome = "timeout"
-                log.warning(
-                    "shadow %r version %r took %.0f ms (timeout %d ms); not compared",
-                    model,
-                    version,
-                    elapsed * 1000,
-                    shadow.config.timeout_ms,
+                late = f"took {elapsed * 1000:.0f} ms (timeout {shadow.config.timeout_ms} ms)"
+                self._warnings.warn(
+                    model, version, outcome, "shadow %r version %r %s; not compared", late
                 )
                 return
             comparison = shadow.compare(output, answer)
@@ -356,15 +398,20 @@ class ShadowRouter:
                 )
         except DeadlineExceededError:
             outcome = "timeout"
-            log.warning(
-                "shadow %r version %r did not answer within %d ms; not compared",
-                model,
-                version,
-                shadow.config.timeout_ms,
+            late = f"did not answer within {shadow.config.timeout_ms} ms"
+            self._warnings.warn(
+                model, version, outcome, "shadow %r version %r %s; not compared", late
+            )
+        except OverloadedError as e:  # READY, but its queue turned the copy away
+            outcome = "refused"
+            self._warnings.warn(
+                model, version, outcome, "shadow %r version %r refused a copy: %s", e
             )
         except ServinglibError as e:
             outcome = "not_ready"
-            log.warning("shadow %r version %r cannot answer: %s", model, version, e)
+            self._warnings.warn(
+                model, version, outcome, "shadow %r version %r cannot answer: %s", e
+            )
         except Exception:
             outcome = "error"
             log.warning(

@@ -95,6 +95,27 @@ def test_admin_is_off_the_public_port_and_needs_the_token(
         status, _ = client.call("POST", f"/admin/models/scorer/versions/{hostile}/load")
         assert status in (400, 404), hostile
     assert client.call("POST", "/admin/models/ghost/versions/1/load")[0] == 404
+    _status_into_a_closed_pipe(port)
+
+
+def _status_into_a_closed_pipe(port: int) -> None:
+    """`servinglib admin status | head`: the reader is gone before the status is printed."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "servinglib.cli.main", "admin", "status", "--port", str(port)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "SERVINGLIB_ADMIN_TOKEN": TOKEN},
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert result.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored"
 
 
 @pytest.mark.parametrize(

@@ -228,8 +228,9 @@ def _post(url: str, features: dict[str, Any]) -> requests.Response:
     )
 
 
+@pytest.mark.parametrize("worker", ["asyncio", "gthread"])  # the header: a task, a thread
 def test_precomputed_answers_from_the_batch_output_and_falls_back_live(
-    tmp_path: Path, start_server: Callable[..., LiveServer]
+    tmp_path: Path, start_server: Callable[..., LiveServer], worker: str
 ) -> None:
     service = tmp_path / "service"
     shutil.copytree(FIXTURE, service)
@@ -269,7 +270,6 @@ def test_precomputed_answers_from_the_batch_output_and_falls_back_live(
     runtime_options:
       key: id
       fallback_version: "1"
-      fallback_class: models/summer/model.py:SummerModel
 """
     )
     (service / "servinglib.yaml").write_text(config)
@@ -287,24 +287,129 @@ def test_precomputed_answers_from_the_batch_output_and_falls_back_live(
             }
         )
     )
-    server = start_server(service / "servinglib.yaml", "--workers", "1")
+    server = start_server(service / "servinglib.yaml", "--workers", "1", "--worker", worker)
 
     hit = _post(server.url, {"id": 3, "x": 3})
     assert hit.status_code == 200, hit.text
     assert hit.json()["output"] == {"total": 3.5, "tag": "odd", "detail": {"x": 3, "n": 0}}
+    assert hit.headers["x-servinglib-precomputed"] == "hit"
     miss = _post(server.url, {"id": 5000, "x": 4})
     assert miss.status_code == 200, miss.text
     assert miss.json()["output"]["total"] == 104.0
+    assert miss.headers["x-servinglib-precomputed"] == "miss"
     errored = _post(server.url, {"id": 13, "x": 13})  # the batch row holds an error: a miss
     assert errored.status_code == 500
+    # a miss goes through model summer's lane: its input_schema refuses what /infer refuses
+    invalid = _post(server.url, {"id": 5000, "x": -2})
+    assert invalid.status_code == 400, invalid.text
+    assert "features.x: -2 is less than the minimum of 0" in invalid.json()["error"]
+    key_only = _post(server.url, {"id": 5000})
+    assert key_only.status_code == 400, key_only.text
+    assert "holds only the key" in key_only.json()["error"]
     missing_key = _post(server.url, {"x": 4})
     assert missing_key.status_code == 400
     assert "'id'" in missing_key.json()["error"]
+    _precomputed_over_open_inference(server.url)
+    _hostile_keys_answer_400(server.url)
     metrics = requests.get(f"{server.url}/metrics", timeout=30).text
     lookups = {
         line.split("result=")[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
         for line in metrics.splitlines()
         if line.startswith("servinglib_precomputed_lookups_total{")
     }
-    assert lookups["hit"] >= 2  # the self-test and the request
-    assert lookups["miss"] == 2
+    assert lookups["hit"] >= 4  # the self-test, /infer, v2 and tritonclient
+    assert lookups["miss"] == 5  # 5000 with x 4 and -2, the error row 13, key only, v2
+    fallback_calls = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("servinglib_requests_total{") and 'model="summer"' in line
+    ]
+    assert fallback_calls == []  # misses are not client requests of summer...
+    steps = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("servinglib_step_duration_seconds_count{") and 'step="fallback"' in line
+    ]
+    assert steps  # ...but calls of summer's lane, timed as the fallback step
+
+
+def _precomputed_over_open_inference(url: str) -> None:
+    """Lookups on v2 tensors: JSON, tritonclient, and the metadata that lists the key."""
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    metadata = requests.get(f"{url}/v2/models/summer-nightly", timeout=30).json()
+    assert metadata["inputs"] == [{"name": "id", "datatype": "INT64", "shape": [1]}]
+    body = {"inputs": [{"name": "id", "datatype": "INT64", "shape": [1], "data": [3]}]}
+    hit = requests.post(f"{url}/v2/models/summer-nightly/infer", json=body, timeout=30)
+    assert hit.status_code == 200, hit.text
+    assert hit.headers["x-servinglib-precomputed"] == "hit"
+    outputs = {o["name"]: o["data"] for o in hit.json()["outputs"]}
+    assert outputs["total"] == [3.5]
+    body["inputs"] = [
+        {"name": "id", "datatype": "INT64", "shape": [1], "data": [5000]},
+        {"name": "x", "datatype": "INT64", "shape": [1], "data": [4]},
+    ]
+    miss = requests.post(f"{url}/v2/models/summer-nightly/infer", json=body, timeout=30)
+    assert miss.status_code == 200, miss.text
+    assert miss.headers["x-servinglib-precomputed"] == "miss"
+    assert {o["name"]: o["data"] for o in miss.json()["outputs"]}["total"] == [104.0]
+    client = httpclient.InferenceServerClient(url=url.removeprefix("http://"))
+    try:
+        key = httpclient.InferInput("id", [1], "INT64")
+        key.set_data_from_numpy(np.array([3], dtype=np.int64))
+        result = client.infer("summer-nightly", [key])
+        assert result.as_numpy("total").tolist() == [3.5]
+    finally:
+        client.close()
+
+
+def _hostile_keys_answer_400(url: str) -> None:
+    """Keys no row could hold, over /infer, v2 JSON and tritonclient: 400, never 5xx."""
+    import numpy as np
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    statuses = []
+    for key in ([3], {"id": 3}, 2**64, -(2**63) - 1, True, None, "3", 3.5, [], {}):
+        response = _post(url, {"id": key, "x": 1})
+        statuses.append(response.status_code)
+        assert response.status_code == 400, (key, response.text)
+        assert response.json()["error"]
+    nan = requests.post(
+        f"{url}/infer",
+        data=b'{"model_id": "summer-nightly", "features": {"id": NaN, "x": 1}}',
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+    statuses.append(nan.status_code)
+    tensors = [
+        {"name": "id", "datatype": "INT64", "shape": [2], "data": [3, 4]},
+        {"name": "id", "datatype": "BYTES", "shape": [1], "data": ["3"]},
+        {"name": "id", "datatype": "BOOL", "shape": [1], "data": [True]},
+        {"name": "id", "datatype": "FP64", "shape": [1], "data": [3.5]},
+        {"name": "id", "datatype": "UINT64", "shape": [1], "data": [2**64 - 1]},
+        {"name": "id", "datatype": "INT64", "shape": [1], "data": [2**64]},
+    ]
+    for tensor in tensors:
+        response = requests.post(
+            f"{url}/v2/models/summer-nightly/infer", json={"inputs": [tensor]}, timeout=30
+        )
+        statuses.append(response.status_code)
+        assert response.status_code == 400, (tensor, response.text)
+    client = httpclient.InferenceServerClient(url=url.removeprefix("http://"))
+    try:
+        for array, datatype in (
+            (np.array([3, 4], dtype=np.int64), "INT64"),
+            (np.array([b"3"], dtype=np.object_), "BYTES"),
+            (np.array([np.nan]), "FP64"),
+            (np.array([2**64 - 1], dtype=np.uint64), "UINT64"),
+        ):
+            key = httpclient.InferInput("id", list(array.shape), datatype)
+            key.set_data_from_numpy(array)
+            with pytest.raises(InferenceServerException) as refused:
+                client.infer("summer-nightly", [key])
+            statuses.append(int(refused.value.status() or 0))
+    finally:
+        client.close()
+    assert all(400 <= status < 500 for status in statuses), statuses

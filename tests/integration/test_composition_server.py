@@ -14,6 +14,7 @@ import requests
 from benchmarks.composition_service import composition_service
 from tests.conftest import LiveServer, launch, stop
 from tests.integration.test_shadow_traffic_server import total, wait_for_metric
+from tests.triton_rules import loader_problems
 
 pytestmark = pytest.mark.integration
 
@@ -86,6 +87,11 @@ def test_ensemble_member_failure_under_each_policy(server: LiveServer) -> None:
     assert v2_fail.status_code == 500
     errors = total(server.url, "servinglib_step_errors_total", model="vote-rest")
     assert errors == 2
+    # a member that answers what the combiner cannot average fails like one that raised
+    garbled = infer(server.url, "vote-rest", {"garble": True})
+    assert garbled.status_code == 200, garbled.text
+    assert garbled.json()["output"] == {"score": 2.0}
+    assert infer(server.url, "vote-fail", {"garble": True}).status_code == 500
 
 
 def test_a_pipeline_canary_splits_by_routing_key(server: LiveServer) -> None:
@@ -153,6 +159,19 @@ def test_triton_client_reads_the_ensemble_and_infers_through_it(server: LiveServ
             "output_map": {"y": "project.y"},
         }
         assert steps[2]["output_map"] == {"label": "label", "score": "score"}
+        assert loader_problems(config) == []  # Triton's loader would load it
+        for model in ("prep", "linear", "head", "const", "flaky"):
+            assert loader_problems(client.get_model_config(model)) == [], model
+        # every step has a configuration, the ensemble's combiner too (perf_analyzer reads them)
+        ensemble = client.get_model_config("vote-rest")
+        for step in ensemble["ensemble_scheduling"]["step"]:
+            version = str(step["model_version"]) if step["model_version"] > 0 else ""
+            assert (
+                client.get_model_config(step["model_name"], version)["name"] == step["model_name"]
+            )
+        combiner = client.get_model_config("vote-rest_combiner")
+        assert combiner["parameters"]["servinglib_combiner"] == {"string_value": "weighted_mean"}
+        assert loader_problems(combiner) == []
         metadata = client.get_model_metadata("classify")
         assert metadata["platform"] == "ensemble"
         assert [i["name"] for i in metadata["inputs"]] == ["values"]

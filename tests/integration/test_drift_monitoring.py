@@ -47,8 +47,9 @@ def drift_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     shutil.copytree(FIXTURES / "drift", service)
     data = root / "reference.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in reference_rows(5000, seed=1)))
+    shutil.copytree(service / "models" / "risk" / "1", service / "models" / "risk" / "4")
     config = service / "servinglib.yaml"
-    for version in ("1", "2", "3"):
+    for version in ("1", "2", "3", "4"):
         command = ["profile", "--config", str(config), "--model", "risk", "--version", version]
         subprocess.run(
             [sys.executable, "-m", "servinglib.cli.main", *command, "--data", str(data)],
@@ -190,3 +191,31 @@ def test_new_categories_and_nulls_reach_the_quality_counters(drift_server: LiveS
         if s.labels["version"] == "3"
     }
     assert psi["a"] > 0.25
+
+
+def test_open_inference_tensors_are_the_features_they_name(drift_server: LiveServer) -> None:
+    """Version 4 answers v2 requests only: one-element tensors, as tritonclient sends them."""
+    import tritonclient.http as httpclient
+
+    rows = reference_rows(5000, seed=1)[:300]  # rows of the reference itself
+    client = httpclient.InferenceServerClient(url=drift_server.url.removeprefix("http://"))
+    try:
+        for row in rows:
+            tensors = []
+            for name in ("a", "b", "c"):
+                tensor = httpclient.InferInput(name, [1, 1], "FP64")
+                tensor.set_data_from_numpy(np.array([[row[name]]]))
+                tensors.append(tensor)
+            city = httpclient.InferInput("city", [1], "BYTES")
+            city.set_data_from_numpy(np.array([row["city"].encode()], dtype=np.object_))
+            client.infer("risk", [*tensors, city], model_version="4")
+    finally:
+        client.close()
+    report = drift(drift_server.url, "4", 300)
+    assert report["unprofiled_requests"] == 0
+    features = {f["name"]: f for f in report["fields"] if f["role"] == "feature"}
+    assert set(features) == set(FEATURES)
+    for name, field in features.items():
+        assert field["samples"] == 300, name
+        assert not any(field["quality"].values()), (name, field["quality"])
+        assert field["psi"] < 0.1, (name, field["psi"])

@@ -141,6 +141,42 @@ def test_agreement_metrics_match_a_hand_computation(tmp_path: Path, start_server
     assert agreements / comparisons == pytest.approx(0.93)
 
 
+def test_copies_a_ready_shadow_turns_away_count_as_refused_with_few_log_lines(
+    tmp_path: Path, start_server: Any
+) -> None:
+    server: LiveServer = start_server(
+        write_service(
+            tmp_path,
+            # version 3 takes 20 ms a copy: a queued copy cannot finish within 21 ms
+            "    shadow:\n      - {version: '3', timeout_ms: 21, comparator: {kind: exact}}\n",
+            "shadow_executor: {max_concurrency: 8, max_queue: 1000}\n",
+        ),
+        "--workers",
+        "2",
+    )
+    # every series of the configured pair is there at 0 before any copy (a shadow that
+    # never agrees still has an agreement series, so the ratio and its alert evaluate)
+    pair = {"primary_version": "1", "shadow_version": "3"}
+    for name in ("servinglib_shadow_agreements_total", "servinglib_shadow_comparisons_total"):
+        assert list(metric_values(server.url, name).values()) == [0.0], name
+    outcomes = {
+        dict(key)["outcome"]
+        for key in metric_values(server.url, "servinglib_shadow_requests_total")
+    }
+    assert outcomes == {"ok", "error", "timeout", "refused", "not_ready"}
+    xs = [float(x) for x in range(120)]
+    assert {status for status, _ in run_requests(server.url, xs)} == {200}
+    ran = wait_for_metric(server.url, "servinglib_shadow_requests_total", len(xs), **pair)
+    assert ran == len(xs)
+    refused = total(server.url, "servinglib_shadow_requests_total", outcome="refused")
+    assert refused > 0
+    assert total(server.url, "servinglib_shadow_requests_total", outcome="not_ready") == 0
+    log = server.wait_for_log("refused a copy")
+    # one warning per shadow, outcome and minute in each of the 2 workers
+    assert 1 <= log.count("refused a copy") <= 2, log.count("refused a copy")
+    assert log.count("; not compared") <= 2  # late copies: one line per worker, not per copy
+
+
 def test_traffic_split_is_weighted_sticky_and_overridable(
     tmp_path: Path, start_server: Any
 ) -> None:

@@ -148,7 +148,7 @@ def test_drift_endpoint_and_offline_report(
     segments = [
         line
         for line in metrics.splitlines()
-        if line.startswith("servinglib_output_window_count{") and 'output="segment"' in line
+        if line.startswith("servinglib_drift_output_window_answers{") and 'output="segment"' in line
     ]
     assert sum(float(line.split()[-1]) for line in segments) == 600
     assert any('bin="_other"' in line for line in segments)

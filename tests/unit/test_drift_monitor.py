@@ -249,3 +249,50 @@ def test_close_bins_what_is_still_queued(tmp_path: Path) -> None:
     report = monitor.report("m", "1")
     assert report is not None
     assert report["requests"] == 7
+
+
+def _quality(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    return {f["name"]: f["quality"] for f in report["fields"] if f["role"] == "feature"}
+
+
+def test_open_inference_tensors_count_as_the_features_they_carry() -> None:
+    """Named one-element tensors ([1], [1, 1], BYTES) are the features of the same name."""
+    clock = Clock()
+    monitor = VersionMonitor("m", "1", profile(), None, clock=clock)
+    for row in reference(200):  # rows of the reference itself: none out of range
+        tensors = {
+            "x": np.array([[row["x"]]]),
+            "city": np.array([row["city"].encode()], dtype=np.object_),
+        }
+        monitor.observe(tensors, {"score": np.array([row["x"] * 2])}, tensors=True)
+    report = monitor.report()
+    assert report["requests"] == 200
+    assert report["unprofiled_requests"] == 0
+    assert all(not any(q.values()) for q in _quality(report).values()), _quality(report)
+    assert {f["name"]: f["samples"] for f in report["fields"]} == {
+        "x": 200,
+        "city": 200,
+        "score": 200,
+    }
+    assert all(f["psi"] < 0.25 for f in report["fields"])
+
+
+def test_one_tensor_of_one_row_holds_the_features_by_position() -> None:
+    """``[1, N]`` (how KServe's and Triton's clients send a table row): feature i is element i."""
+    rng = np.random.default_rng(0)
+    rows = [
+        {"a": float(rng.normal()), "b": float(rng.normal(5, 2)), "c": float(i % 3)}
+        for i in range(2000)
+    ]
+    version = VersionMonitor(
+        "m", "1", build_profile([(r, None) for r in rows]), None, clock=Clock()
+    )
+    for row in rows[:300]:
+        version.observe({"input-0": np.array([[row["a"], row["b"], row["c"]]])}, None, tensors=True)
+    report = version.report()
+    assert report["unprofiled_requests"] == 0
+    assert all(not any(q.values()) for q in _quality(report).values()), _quality(report)
+    assert all(f["samples"] == 300 and f["psi"] < 0.1 for f in report["fields"]), report["fields"]
+    untold = VersionMonitor("m", "1", build_profile([(r, None) for r in rows]), None, clock=Clock())
+    untold.observe({"input-0": np.array([[1.0, 5.0, 0.0]])}, None)  # not said to be tensors
+    assert untold.report()["unprofiled_requests"] == 1  # an unknown field; every feature missing

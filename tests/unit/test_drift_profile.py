@@ -96,3 +96,91 @@ def test_not_json_and_no_rows_are_clear_errors(tmp_path: Path) -> None:
 def test_too_many_fields_is_refused() -> None:
     with pytest.raises(ProfileError, match="at most 64 are monitored"):
         build_profile([({f"f{i}": 1.0 for i in range(70)}, None)])
+
+
+def _live(profile: Profile, values: list[object], name: str = "x") -> dict[str, object]:
+    from servinglib.monitoring.drift import VersionMonitor
+
+    monitor = VersionMonitor("m", "1", profile, None)
+    for value in values:
+        monitor.observe({name: value}, None)
+    report = monitor.report()
+    json.dumps(report, allow_nan=False)  # the drift endpoint's body is strict JSON
+    field: dict[str, object] = next(f for f in report["fields"] if f["name"] == name)
+    return field
+
+
+@pytest.mark.parametrize("value", [0.1, 0.7, 3.7, 1, 0.0, -2.5, 123456.789])  # float32(0.7) < 0.7
+def test_a_constant_reference_value_and_the_same_live_value_share_a_bin(
+    tmp_path: Path, value: float
+) -> None:
+    profile = build_profile([({"x": value}, None) for _ in range(500)])
+    profile.save(tmp_path / "profile.json")
+    profile = Profile.load(tmp_path / "profile.json")
+    # the same value, and the same value as a float32 tensor carries it
+    for live in (
+        [value] * 100,
+        [float(np.float32(value))] * 100,
+        [np.array([value], np.float32)] * 100,
+    ):
+        field = _live(profile, live)
+        assert field["quality"] == {
+            "missing": 0,
+            "out_of_range": 0,
+            "unseen_category": 0,
+            "wrong_type": 0,
+        }
+        assert field["psi"] < 0.1, (live[0], field)
+        assert not field["drifted"]
+
+
+def test_discrete_values_keep_their_bins_when_rounded() -> None:
+    reference = [({"x": float(i % 3)}, None) for i in range(900)]  # 0, 1, 2 a third each
+    profile = build_profile(reference)
+    assert not set(profile.fields[0].edges) & {0.0, 1.0, 2.0}  # no edge on a value
+    field = _live(profile, [float(np.float32(v)) * (1 - 1e-7) for v in (0.0, 1.0, 2.0) * 100])
+    assert field["psi"] < 0.05
+    assert field["quality"]["out_of_range"] == 0
+
+
+def test_an_all_missing_reference_column_is_profiled_not_dropped(tmp_path: Path) -> None:
+    reference = [({"x": float("nan") if i % 2 else None, "y": float(i)}, None) for i in range(100)]
+    profile = build_profile(reference)
+    x = next(f for f in profile.fields if f.name == "x")
+    assert (x.kind, x.null_share, x.count, x.bins) == ("numeric", 1.0, 0, 1)
+    profile.save(tmp_path / "profile.json")
+    field = _live(Profile.load(tmp_path / "profile.json"), [None, 1.0, "a"])
+    assert field["quality"] == {
+        "missing": 1,
+        "out_of_range": 0,
+        "unseen_category": 0,
+        "wrong_type": 1,
+    }
+
+
+def test_profiles_never_hold_nan_or_infinity(tmp_path: Path) -> None:
+    reference = [
+        (
+            {
+                "vector": [float("nan"), 1.0] if i % 5 == 0 else [float(i), 1.0],  # NaN norms
+                "huge": 1e308 if i % 2 else 1.7e308,  # the mean overflows
+                "infinite": float("inf") if i % 3 == 0 else float(i),
+            },
+            None,
+        )
+        for i in range(100)
+    ]
+    profile = build_profile(reference)
+    profile.save(tmp_path / "profile.json")  # allow_nan=False: it would raise
+    text = (tmp_path / "profile.json").read_text()
+    json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the profile"))
+    fields = {f.name: f for f in profile.fields}
+    assert fields["vector"].null_share == pytest.approx(0.2)
+    assert fields["huge"].mean is None
+    assert fields["infinite"].null_share == pytest.approx(0.34)
+    assert Profile.load(tmp_path / "profile.json").problems() == []
+    damaged = json.loads(text)
+    damaged["fields"][0]["edges"][0] = float("nan")
+    (tmp_path / "bad.json").write_text(json.dumps(damaged))  # Python writes NaN here
+    with pytest.raises(ProfileError, match="holds NaN or Infinity"):
+        Profile.load(tmp_path / "bad.json")

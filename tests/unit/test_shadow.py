@@ -183,3 +183,23 @@ def test_shadow_copies_start_only_after_the_response_is_sent(tmp_path: Path) -> 
     recorder.wait_for(1)
     router.close()
     assert recorder.finished == ["ok"]
+
+
+def test_warnings_are_one_per_shadow_outcome_and_interval(caplog: pytest.LogCaptureFixture) -> None:
+    from servinglib.shadow.router import _RateLimitedWarnings
+
+    now = [0.0]
+    warnings = _RateLimitedWarnings(60.0, clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="servinglib.shadow.router"):
+        for _ in range(5):
+            warnings.warn("m", "2", "refused", "shadow %r version %r refused a copy: %s", "full")
+        warnings.warn("m", "2", "not_ready", "shadow %r version %r cannot answer: %s", "FAILED")
+        now[0] = 61.0
+        warnings.warn("m", "2", "refused", "shadow %r version %r refused a copy: %s", "full")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "shadow 'm' version '2' refused a copy: full",
+        "shadow 'm' version '2' cannot answer: FAILED",
+        "shadow 'm' version '2' refused a copy: full (4 more refused copies in the last 60 s "
+        "not logged)",
+    ]

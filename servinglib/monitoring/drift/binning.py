@@ -20,7 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from servinglib.monitoring.drift.profile import FieldProfile, array_scalar, reduce_value
+from servinglib.monitoring.drift.profile import (
+    FieldProfile,
+    array_scalar,
+    reduce_value,
+    value_margin,
+)
 
 __all__ = ["QUALITY_ISSUES", "FieldBinner"]
 
@@ -48,8 +53,10 @@ class FieldBinner:
         self._edges = np.asarray(profile.edges, dtype=np.float64)
         self._edge_list = list(profile.edges)
         self._categories = {c: i for i, c in enumerate(profile.categories)}
-        self._low = -math.inf if profile.minimum is None else profile.minimum
-        self._high = math.inf if profile.maximum is None else profile.maximum
+        # a reference value computed or sent a little differently is still in range
+        low, high = profile.minimum, profile.maximum
+        self._low = -math.inf if low is None else low - value_margin(low)
+        self._high = math.inf if high is None else high + value_margin(high)
 
     def count(self, values: Sequence[Any], counts: np.ndarray) -> None:
         """Add the bin and quality issues of each of ``values`` to ``counts``."""

@@ -48,7 +48,7 @@ DRIFT_GAUGES = (
         "Requests of a version counted in the drift window, summed over every worker.",
     ),
     (
-        "servinglib_output_window_count",
+        "servinglib_drift_output_window_answers",
         "Answers in the drift window per output and bin, on the output's own bins from the "
         "reference profile (label bin: the bin's upper edge, +Inf, or the category).",
     ),
@@ -95,14 +95,19 @@ class DriftMonitor(Collector):
         self._flusher: threading.Thread | None = None
         self._failed = False
 
-    def observe(self, model: str, version: str, features: Any, output: Any) -> None:
-        """Queue one answered request; versions without a profile cost one dict lookup."""
+    def observe(
+        self, model: str, version: str, features: Any, output: Any, tensors: bool = False
+    ) -> None:
+        """Queue one answered request; versions without a profile cost one dict lookup.
+
+        ``tensors``: ``features`` are Open Inference tensors, mapped to profiled features.
+        """
         try:
             monitor = self._monitors[model, version]
         except KeyError:
             monitor = self._monitor(model, version)
         if monitor is not None:
-            monitor.observe(features, output)
+            monitor.observe(features, output, tensors)
 
     def flush(self) -> None:
         """Bin every version's queued requests now (the background thread does it anyway)."""

@@ -39,11 +39,13 @@ __all__ = [
     "Profile",
     "ProfileError",
     "WindowSpec",
+    "all_missing",
     "array_scalar",
     "build_profile",
     "default_profile_path",
     "fields_of",
     "reduce_value",
+    "value_margin",
 ]
 
 PROFILE_FILE = "profile.json"
@@ -143,7 +145,8 @@ class Profile:
             "window": asdict(self.window),
             "fields": [asdict(f) for f in self.fields],
         }
-        path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        # allow_nan=False: a profile is strict JSON, as the drift report built from it
+        path.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: Path) -> Profile:
@@ -180,6 +183,9 @@ class Profile:
                 found.append(f"{where}: reference shares add up to {sum(f.reference)}, not 1")
             if list(f.edges) != sorted(f.edges):
                 found.append(f"{where}: bin edges are not sorted")
+            numbers = [*f.reference, *f.edges, f.minimum, f.maximum, f.mean, f.std, f.null_share]
+            if any(n is not None and not math.isfinite(n) for n in numbers):
+                found.append(f"{where}: holds NaN or Infinity, which JSON cannot carry")
         return found
 
 
@@ -270,12 +276,13 @@ def _profile_field(
     present = [(kind, v) for kind, v in reduced if kind != "null"]
     null_share = 1 - len(present) / len(values)
     kinds = Counter(kind for kind, _ in present)
-    if not kinds:
-        return None
+    if not kinds:  # kept, so that its live values are counted and the gap shows
+        return all_missing(name, role)
     kind = kinds.most_common(1)[0][0]
     usable = [v for k, v in present if k == kind]
+    rows = len(values)
     if kind == "numeric":
-        return _numeric(name, role, "numeric", usable, null_share, bins)
+        return _numeric(name, role, "numeric", usable, rows, bins)
     if kind == "categorical":
         return _categorical(name, role, "categorical", usable, null_share, top_k)
     if kind == "string":
@@ -283,14 +290,19 @@ def _profile_field(
         covered = sum(n for _, n in distinct.most_common(top_k)) / len(usable)
         if covered >= 0.9 or len(distinct) <= len(usable) / 10:  # values repeat: categories
             return _categorical(name, role, "categorical", usable, null_share, top_k)
-        return _numeric(name, role, "text", [float(len(v)) for v in usable], null_share, bins)
+        return _numeric(name, role, "text", [float(len(v)) for v in usable], rows, bins)
     if kind == "array":
         array_kind = _array_kind(usable)
         scalars = [array_scalar(array_kind, v) for v in usable]
         if array_kind == "top_class":
             return _categorical(name, role, array_kind, scalars, null_share, top_k)
-        return _numeric(name, role, array_kind, scalars, null_share, bins)
+        return _numeric(name, role, array_kind, scalars, rows, bins)
     return None
+
+
+def all_missing(name: str, role: str) -> FieldProfile:
+    """A field whose every reference value is missing (null, NaN): one bin, null share 1."""
+    return FieldProfile(name=name, role=role, kind="numeric", reference=(1.0,), null_share=1.0)
 
 
 def _array_kind(arrays: Sequence[np.ndarray]) -> str:
@@ -314,12 +326,16 @@ def array_scalar(kind: str, array: np.ndarray) -> Any:
 
 
 def _numeric(
-    name: str, role: str, kind: str, values: Sequence[float], null_share: float, bins: int
+    name: str, role: str, kind: str, values: Sequence[float], rows: int, bins: int
 ) -> FieldProfile:
     data = np.asarray(values, dtype=np.float64)
-    quantiles = np.quantile(data, np.linspace(0, 1, bins + 1)[1:-1])
-    edges = tuple(float(e) for e in np.unique(quantiles))
+    data = data[np.isfinite(data)]  # NaN and infinities (an array's norm) count as missing
+    if not data.size:
+        return all_missing(name, role)
+    edges = _edges(data, bins)
     counts = np.bincount(np.searchsorted(edges, data, side="right"), minlength=len(edges) + 1)
+    with np.errstate(over="ignore"):  # values near the float limit: no mean, rather than inf
+        mean, std = float(data.mean()), float(data.std())
     return FieldProfile(
         name=name,
         role=role,
@@ -328,11 +344,36 @@ def _numeric(
         edges=edges,
         minimum=float(data.min()),
         maximum=float(data.max()),
-        mean=float(data.mean()),
-        std=float(data.std()),
-        null_share=null_share,
+        mean=mean if math.isfinite(mean) else None,
+        std=std if math.isfinite(std) else None,
+        null_share=1 - len(data) / rows,
         count=len(data),
     )
+
+
+def _edges(data: np.ndarray, bins: int) -> tuple[float, ...]:
+    """Quantile bin edges, none of them on a value of the reference.
+
+    A quantile of discrete data (a constant, a count, a flag) falls on a value, and a bin
+    edge there would split that value from itself once a live copy of it is off by a
+    rounding (a float32 tensor, a sum computed in another order). Such an edge moves down
+    to halfway to the next smaller value (or just below the smallest): the reference's
+    counts per bin stay the same, and the value sits inside its bin.
+    """
+    distinct = np.unique(data)
+    edges = []
+    for quantile in np.unique(np.quantile(data, np.linspace(0, 1, bins + 1)[1:-1])):
+        edge = float(quantile)
+        at = int(np.searchsorted(distinct, edge))
+        if at < distinct.size and distinct[at] == edge:
+            edge = float(distinct[at - 1]) / 2 + edge / 2 if at else edge - value_margin(edge)
+        edges.append(edge)
+    return tuple(sorted(set(edges)))
+
+
+def value_margin(value: float) -> float:
+    """How far a live number may sit from a reference value and still be the same value."""
+    return max(abs(value) * 1e-6, 1e-9)
 
 
 def _categorical(

@@ -24,6 +24,7 @@ from servinglib.monitoring.drift.binning import QUALITY_ISSUES, FieldBinner
 from servinglib.monitoring.drift.profile import Profile
 from servinglib.monitoring.drift.statistics import js_distance, psi
 from servinglib.monitoring.drift.table import CountsTable, read_window, table_path, table_pattern
+from servinglib.monitoring.drift.tensors import Tensors, tensor_features
 
 __all__ = ["BATCH", "DRIFT_THRESHOLD", "QUALITY_ISSUES", "VersionMonitor"]
 
@@ -65,6 +66,7 @@ class VersionMonitor:
             binner = FieldBinner(field, column)
             column += binner.width
             (self._features if field.role == "feature" else self._outputs)[field.name] = binner
+        self._feature_names = [f.name for f in profile.fields if f.role == "feature"]
         self._requests_column = column
         self._unprofiled_column = column + 1
         self._width = column + 2
@@ -81,10 +83,14 @@ class VersionMonitor:
             clock,
         )
 
-    def observe(self, features: Any, output: Any) -> None:
-        """Queue one answered request (an append; binned by the next :meth:`flush`)."""
+    def observe(self, features: Any, output: Any, tensors: bool = False) -> None:
+        """Queue one answered request (an append; binned by the next :meth:`flush`).
+
+        ``tensors``: ``features`` are Open Inference tensors, read as the profiled features
+        they carry (:func:`~servinglib.monitoring.drift.tensors.tensor_features`).
+        """
         queue = self._queue
-        queue.append((features, output))
+        queue.append((Tensors(features) if tensors else features, output))
         if len(queue) >= BATCH:
             self.flush()
 
@@ -107,7 +113,8 @@ class VersionMonitor:
                     if set(map(type, values)) == {dict}:  # the common case: no copies
                         present: Sequence[Mapping[str, Any]] = values
                     else:
-                        present = [_fields(v, default) for v in values]
+                        names = self._feature_names
+                        present = [_fields(v, default, names) for v in values]
                     columns = {name: list(map(_get, present, repeat(name))) for name in binners}
                     if _may_have_unknown_fields(present, columns.values()):
                         unprofiled.update(_unprofiled(present, binners))
@@ -185,8 +192,10 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def _fields(value: Any, default: str) -> Mapping[str, Any]:
+def _fields(value: Any, default: str, features: Sequence[str]) -> Mapping[str, Any]:
     """A request's features or answer as named fields (a bare value is one field)."""
+    if type(value) is Tensors:
+        return tensor_features(value, features)
     return value if isinstance(value, Mapping) else {default: value}
 
 

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 from servinglib.errors import InvalidInputError
 
 __all__ = [
+    "CALL_SCOPE",
     "PRECOMPUTED_LOOKUP",
-    "REQUEST_DEADLINE",
+    "CallScope",
     "Model",
     "ModelCaller",
     "ModelSettings",
@@ -73,9 +74,27 @@ class SelfTestCase:
     tolerance: Tolerance = field(default_factory=Tolerance)
 
 
-# The absolute deadline (time.monotonic) of the request being answered on this thread; a
-# composed model's lane sets it around predict() so the steps share the request's deadline.
-REQUEST_DEADLINE: ContextVar[float | None] = ContextVar("servinglib_request_deadline", default=None)
+@dataclass(frozen=True, slots=True)
+class CallScope:
+    """The request a model that calls other models is answering: what its calls inherit.
+
+    One channel carries it to the steps: the service builds it at admission, a composed
+    model's lane sets :data:`CALL_SCOPE` around ``predict()`` (or passes it to
+    ``predict_async``), and every step request takes its deadline, request id (with the
+    step's name appended), priority and routing key from it. ``followups`` is the parent's
+    deferred work: a step's shadow copies join it, so they start only once the client has
+    the parent's answer.
+    """
+
+    deadline: float | None = None
+    request_id: str = ""
+    priority: int | None = None
+    routing_key: str | None = None
+    followups: list[Callable[[], None]] | None = None
+
+
+# The scope of the request being answered on this thread (None outside a model call).
+CALL_SCOPE: ContextVar[CallScope | None] = ContextVar("servinglib_call_scope", default=None)
 
 # How a ``runtime: precomputed`` version answered the request being admitted in this context
 # (``hit`` or ``miss``), set when it looks the key up; the HTTP layer resets it for each
@@ -93,9 +112,12 @@ class ModelCaller(Protocol):
         inputs: Any,
         *,
         owner: tuple[str, str, str],
-        deadline: float | None,
+        parent: CallScope | None,
     ) -> Any:
-        """Answer ``inputs`` with ``model`` by ``deadline``; ``owner`` is (model, version, step)."""
+        """Answer ``inputs`` with ``model`` within ``parent``'s deadline, as part of ``parent``.
+
+        ``owner`` is (model, version, step).
+        """
 
     async def call_async(
         self,
@@ -104,7 +126,7 @@ class ModelCaller(Protocol):
         inputs: Any,
         *,
         owner: tuple[str, str, str],
-        deadline: float | None,
+        parent: CallScope | None,
     ) -> Any:
         """:meth:`call` for an event loop."""
 

@@ -5,6 +5,10 @@ service exists; the worker binds it to the service before any model loads. A ste
 is an :class:`~servinglib.serving.service.InferenceRequest` of the member model, so its batcher,
 instances, admission checks, metrics and deadline apply; its budget is what remains of the
 composed request's deadline, and a step whose usual duration no longer fits never starts.
+A step inherits the composed request's :class:`~servinglib.model.CallScope`: its request id
+(with ``.<step>`` appended, so the prediction log ties the steps to their parent), priority
+and routing key; its shadow copies join the parent's deferred work, so they start only
+once the client has the parent's answer.
 The calls of a version that is still loading (its self-tests and warm-up) are not
 monitored, logged or shadowed.
 """
@@ -30,6 +34,7 @@ from servinglib.errors import (
 )
 from servinglib.lifecycle.importing import import_object
 from servinglib.lifecycle.registry import VersionState
+from servinglib.model import CallScope
 from servinglib.serving.service import InferenceRequest, InferenceService
 
 __all__ = ["LaneCaller", "StepListener"]
@@ -80,18 +85,18 @@ class LaneCaller:
         inputs: Any,
         *,
         owner: tuple[str, str, str],
-        deadline: float | None,
+        parent: CallScope | None,
     ) -> Any:
-        """Answer ``inputs`` with ``model`` (``version``) through its lane, by ``deadline``.
+        """Answer ``inputs`` with ``model`` (``version``) through its lane, as part of ``parent``.
 
         Raises:
             DeadlineExceededError: the remaining budget cannot cover the step's usual duration.
             ServinglibError: whatever the member's lane raised.
         """
-        request = self._request(model, version, inputs, owner, deadline)
+        request = self._request(model, version, inputs, owner, parent)
         started, ok = self._clock(), False
         try:
-            output = self._bound().infer(request).output
+            output = self._bound().infer(request, _followups(parent)).output
             ok = True
             return output
         finally:
@@ -104,13 +109,13 @@ class LaneCaller:
         inputs: Any,
         *,
         owner: tuple[str, str, str],
-        deadline: float | None,
+        parent: CallScope | None,
     ) -> Any:
         """:meth:`call` on an event loop: the step's lane is awaited, never waited for."""
-        request = self._request(model, version, inputs, owner, deadline)
+        request = self._request(model, version, inputs, owner, parent)
         started, ok = self._clock(), False
         try:
-            output = (await self._bound().infer_async(request)).output
+            output = (await self._bound().infer_async(request, _followups(parent))).output
             ok = True
             return output
         finally:
@@ -127,10 +132,12 @@ class LaneCaller:
         version: str | None,
         inputs: Any,
         owner: tuple[str, str, str],
-        deadline: float | None,
+        parent: CallScope | None,
     ) -> InferenceRequest:
-        """The step's request, with what remains of the deadline as its timeout."""
+        """The step's request: what remains of the deadline as its timeout, and the parent's
+        request id (``<id>.<step>``), priority and routing key."""
         timeout_ms = None
+        deadline = None if parent is None else parent.deadline
         if deadline is not None:
             remaining = deadline - self._clock()
             usual = self._usual_s.get(owner, 0.0)
@@ -143,12 +150,16 @@ class LaneCaller:
             timeout_ms = remaining * 1000
         # inline: the caller would only wait for the step; an unbatched shared step runs on
         # its thread (or loop) rather than paying two thread hand-offs around it.
+        request_id = f"{parent.request_id}.{owner[2]}" if parent and parent.request_id else ""
         return InferenceRequest(
             model,
             inputs,
             version=version,
             tensors=_are_tensors(inputs),
+            request_id=request_id,
+            routing_key=None if parent is None else parent.routing_key,
             timeout_ms=timeout_ms,
+            priority=None if parent is None else parent.priority,
             inline=True,
             observed=self._serving(owner),
         )
@@ -197,6 +208,11 @@ class LaneCaller:
         """Stop the step threads; a step still in a member's call is not waited for."""
         if self._pool is not None:
             self._pool.close()
+
+
+def _followups(parent: CallScope | None) -> list[Callable[[], None]] | None:
+    """Where a step's deferred work goes: the parent's, else queued at once (None)."""
+    return None if parent is None else parent.followups
 
 
 def _are_tensors(inputs: Any) -> bool:

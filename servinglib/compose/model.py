@@ -34,7 +34,7 @@ from servinglib.errors import (
     ModelLoadError,
     ServinglibError,
 )
-from servinglib.model import REQUEST_DEADLINE, Model, ModelCaller
+from servinglib.model import CALL_SCOPE, CallScope, Model, ModelCaller
 
 __all__ = ["ComposedModel", "StepOutputError"]
 
@@ -88,27 +88,28 @@ class ComposedModel(Model):
 
     def predict(self, features: Any) -> Any:
         """Run the steps (or members) and build the answer."""
-        deadline = REQUEST_DEADLINE.get()
+        scope = CALL_SCOPE.get()
+        deadline = None if scope is None else scope.deadline
         if isinstance(self.spec, EnsembleVersion):
-            return self._ensemble(self.spec, features, deadline)
+            return self._ensemble(self.spec, features, scope, deadline)
         results: dict[str, Any] = {REQUEST: features}
         for wave in self._waves:
-            calls = [self._step_call(step, results, deadline) for step in wave]
+            calls = [self._step_call(step, results, scope) for step in wave]
             self._collect(wave, self._run(calls, deadline, wave), results)
         return self._answer(self.spec, results)
 
-    async def predict_async(self, features: Any, deadline: float | None) -> Any:
+    async def predict_async(self, features: Any, scope: CallScope | None) -> Any:
         """:meth:`predict` on an event loop: each wave's steps awaited together, no thread."""
         if isinstance(self.spec, EnsembleVersion):
-            outcomes = await self._gather(list(self.spec.steps), {REQUEST: features}, deadline)
+            outcomes = await self._gather(list(self.spec.steps), {REQUEST: features}, scope)
             return self._combine(self.spec, outcomes)
         results: dict[str, Any] = {REQUEST: features}
         for wave in self._waves:
-            self._collect(wave, await self._gather(wave, results, deadline), results)
+            self._collect(wave, await self._gather(wave, results, scope), results)
         return self._answer(self.spec, results)
 
     async def _gather(
-        self, steps: list[Step], results: Mapping[str, Any], deadline: float | None
+        self, steps: list[Step], results: Mapping[str, Any], scope: CallScope | None
     ) -> list[Any]:
         """Await ``steps`` at once: their answers, or the errors they raised."""
         calls = [
@@ -117,7 +118,7 @@ class ComposedModel(Model):
                 step.version,
                 self._inputs(step, results),
                 owner=(self.settings.name, self.settings.version, step.name),
-                deadline=deadline,
+                parent=scope,
             )
             for step in steps
         ]
@@ -144,15 +145,13 @@ class ComposedModel(Model):
         return {name: _read(ref, results, step.name) for name, ref in step.inputs.items()}
 
     def _step_call(
-        self, step: Step, results: Mapping[str, Any], deadline: float | None
+        self, step: Step, results: Mapping[str, Any], scope: CallScope | None
     ) -> Callable[[], Any]:
         inputs = self._inputs(step, results)
         owner = (self.settings.name, self.settings.version, step.name)
 
         def call() -> Any:
-            return self._caller.call(
-                step.model, step.version, inputs, owner=owner, deadline=deadline
-            )
+            return self._caller.call(step.model, step.version, inputs, owner=owner, parent=scope)
 
         return call
 
@@ -181,9 +180,15 @@ class ComposedModel(Model):
                 outcomes.append(e)
         return outcomes
 
-    def _ensemble(self, spec: EnsembleVersion, features: Any, deadline: float | None) -> Any:
+    def _ensemble(
+        self,
+        spec: EnsembleVersion,
+        features: Any,
+        scope: CallScope | None,
+        deadline: float | None,
+    ) -> Any:
         steps = list(spec.steps)
-        calls = [self._step_call(step, {REQUEST: features}, deadline) for step in steps]
+        calls = [self._step_call(step, {REQUEST: features}, scope) for step in steps]
         return self._combine(spec, self._run(calls, deadline, steps))
 
     def _combine(self, spec: EnsembleVersion, outcomes: list[Any]) -> Any:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import InvalidInputError, ModelLoadError
-from servinglib.model import PRECOMPUTED_LOOKUP, REQUEST_DEADLINE, Model, ModelCaller, TensorSpec
+from servinglib.model import CALL_SCOPE, PRECOMPUTED_LOOKUP, Model, ModelCaller, TensorSpec
 from servinglib.runtimes._lookup import LookupTable, request_key
 
 __all__ = ["FALLBACK_STEP", "PrecomputedModel"]
@@ -145,11 +145,11 @@ class PrecomputedModel(Model):
         assert self._caller is not None  # prepare refused misses without a fallback
         assert self._fallback is not None
         caller, (model, version) = self._caller, self._fallback
-        deadline = REQUEST_DEADLINE.get()
+        scope = CALL_SCOPE.get()
         owner = (self.settings.name, self.settings.version, FALLBACK_STEP)
 
         def call(index: int) -> Any:
-            return caller.call(model, version, looked[index].value, owner=owner, deadline=deadline)
+            return caller.call(model, version, looked[index].value, owner=owner, parent=scope)
 
         futures = [caller.submit(lambda i=i: call(i)) for i in missed[1:]]  # type: ignore[misc]
         answers[missed[0]] = call(missed[0])

@@ -18,7 +18,7 @@ import jsonschema
 from servinglib.config.spec import BatchPolicy, ModelConfig
 from servinglib.errors import InvalidInputError, ModelNotReadyError, VersionNotFoundError
 from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
-from servinglib.model import REQUEST_DEADLINE, Model
+from servinglib.model import CALL_SCOPE, CallScope, Model
 from servinglib.serving.batching import BatchFunction, BatchListener, DynamicBatcher
 from servinglib.serving.routing import TrafficSplit
 from servinglib.wire.tensor_bounds import (
@@ -269,16 +269,21 @@ class Lane:
             clock=self._clock,
         )
 
-    def payload(self, payload: Any, deadline: float) -> Any:
-        """What the executor queues: a composed model's payload travels with its deadline."""
-        composed = self.config.composition is not None and self.config.batching is None
-        return (payload, deadline) if composed else payload
+    @property
+    def composes(self) -> bool:
+        """Whether this lane's model calls other models one request at a time (its payloads
+        then travel with their :class:`CallScope`)."""
+        return self.config.composition is not None and self.config.batching is None
+
+    def payload(self, payload: Any, scope: CallScope) -> Any:
+        """What the executor queues: a composed model's payload travels with its call scope."""
+        return (payload, scope) if self.composes else payload
 
     def _one_at_a_time(self, model: Model) -> Callable[[list[Any]], list[Any]]:
-        if self.config.composition is not None and self.config.batching is None:
+        if self.composes:
 
             def run_composed(batch: list[Any]) -> list[Any]:
-                return [self._with_deadline(model, *item) for item in batch]
+                return [self._in_scope(model, *item) for item in batch]
 
             return run_composed
 
@@ -287,12 +292,12 @@ class Lane:
 
         return run
 
-    def _with_deadline(self, model: Model, payload: Any, deadline: float) -> Any:
-        token = REQUEST_DEADLINE.set(deadline)  # the steps share the request's deadline
+    def _in_scope(self, model: Model, payload: Any, scope: CallScope) -> Any:
+        token = CALL_SCOPE.set(scope)  # the steps inherit the request's deadline, id, ...
         try:
             return self.timed(model, payload)
         finally:
-            REQUEST_DEADLINE.reset(token)
+            CALL_SCOPE.reset(token)
 
     def release(self, version: str) -> list[DynamicBatcher]:
         """Forget the executors of ``version``; returns them for the caller to close."""

@@ -27,6 +27,7 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
+from servinglib.model import CallScope
 from servinglib.serving import loop_calls
 from servinglib.serving.batching import BatchListener, DynamicBatcher
 from servinglib.serving.lanes import Lane, RejectionListener
@@ -199,7 +200,7 @@ class InferenceService:
             return self._stacked(request, [self.infer(row, after_response) for row in rows])
         call = self._admit(request)
         with call.model_errors():
-            done, value = self._start(call, request, blocking=True)
+            done, value = self._start(call, request, blocking=True, followups=after_response)
             if not done:
                 try:
                     value = value.result(timeout=call.remaining())
@@ -228,9 +229,10 @@ class InferenceService:
             composed = getattr(call.ready.instance, "predict_async", None)
             if composed is not None:
                 call.check_deadline()
-                done, value = False, asyncio.ensure_future(composed(request.inputs, call.deadline))
+                scope = call.scope(request, after_response)
+                done, value = False, asyncio.ensure_future(composed(request.inputs, scope))
             else:
-                done, value = self._start(call, request, blocking=False)
+                done, value = self._start(call, request, blocking=False, followups=after_response)
             if not done:
                 waiting = asyncio.wrap_future(value)
                 try:
@@ -251,7 +253,7 @@ class InferenceService:
         call.deadline = self._clock() + timeout_s
         executor = lane.executor(call.ready)
         future = executor.submit(
-            lane.payload(call.ready.instance.prepare(features), call.deadline),
+            lane.payload(call.ready.instance.prepare(features), CallScope(call.deadline)),
             priority=executor.policy.priority_levels - 1,
             deadline=call.deadline,
         )
@@ -306,7 +308,14 @@ class InferenceService:
             lane.validate(request.inputs)
         return _Call(lane, ready, deadline, self._clock)
 
-    def _start(self, call: _Call, request: InferenceRequest, *, blocking: bool) -> tuple[bool, Any]:
+    def _start(
+        self,
+        call: _Call,
+        request: InferenceRequest,
+        *,
+        blocking: bool,
+        followups: list[Callable[[], None]] | None = None,
+    ) -> tuple[bool, Any]:
         """Start the model call: ``(True, output)`` when answered already, else a future.
 
         Every call runs on the version's own executor, so the caller can answer 504 at the
@@ -333,11 +342,15 @@ class InferenceService:
                 return True, value
         executor = lane.executor(call.ready)
         if not blocking:  # an event loop prepares and queues in one step: nothing to announce
-            payload = lane.payload(instance.prepare(features), deadline)  # checked first
+            payload = instance.prepare(features)  # checked first
+            if lane.composes:
+                payload = lane.payload(payload, call.scope(request, followups))
             call.check_deadline()
             return False, executor.submit(payload, priority=request.priority, deadline=deadline)
         with executor.incoming() as arrival:  # lets the batcher wait for it
-            payload = lane.payload(instance.prepare(features), deadline)
+            payload = instance.prepare(features)
+            if lane.composes:
+                payload = lane.payload(payload, call.scope(request, followups))
             call.check_deadline()
             return False, executor.submit(
                 payload, priority=request.priority, deadline=deadline, arrival=arrival
@@ -426,6 +439,14 @@ class _Call:
         self.deadline = deadline
         self.started = time.perf_counter()
         self._clock = clock
+
+    def scope(
+        self, request: InferenceRequest, followups: list[Callable[[], None]] | None
+    ) -> CallScope:
+        """What the calls a composed model makes for ``request`` inherit from it."""
+        return CallScope(
+            self.deadline, request.request_id, request.priority, request.routing_key, followups
+        )
 
     def remaining(self) -> float:
         """Seconds left until the deadline."""

@@ -33,6 +33,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--id-column", help="input column carried to the output")
     parser.add_argument("--features-column", help="input column holding the features as JSON")
     parser.add_argument(
+        "--columns",
+        help="comma-separated feature columns (default: those the model's input_schema "
+        "declares; other columns are left out with a warning)",
+    )
+    parser.add_argument(
         "--numpy-lists",
         action="store_true",
         help="pass numeric list columns as NumPy arrays (models that accept arrays only)",
@@ -71,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
         output_format=args.output_format,
         id_column=args.id_column,
         features_column=args.features_column,
+        columns=tuple(c.strip() for c in args.columns.split(",") if c.strip())
+        if args.columns
+        else None,
         numpy_lists=args.numpy_lists,
         batch_size=args.batch_size,
         workers=args.workers,

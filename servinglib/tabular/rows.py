@@ -43,7 +43,7 @@ def format_of(path: Path) -> str:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise ConfigError(
-            f"{path}: unknown data format {path.suffix!r}; use {', '.join(sorted(FORMATS))}"
+            f"{path}: unknown data format {path.suffix!r}; use .parquet, .csv or .jsonl"
         )
     return fmt
 

@@ -111,7 +111,7 @@ def predict(job: BatchJob) -> BatchSummary:
     config, record = load_version(job.config, job.model, job.version, job.workers)
     layout = _layout(job, source, record, first)
     batch_size = _batch_size(job, config)
-    if first is not None:
+    if first is not None and job.max_error_rate < 1.0:  # 1: write every error row, never stop
         scorer = scorer_for(config, record, _features(job, source), layout, batch_size)
         score_first_rows(scorer, first, source.units[0].path)
     description: dict[str, Any] = {

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from servinglib.errors import ConfigError, InvalidInputError
+from servinglib.tabular import READ_ERROR
 from servinglib.wire.strict_json import parse_json
 
 __all__ = ["FeatureRows", "FeatureSpec", "check_input_schema", "rows_to_features"]
@@ -35,6 +36,9 @@ class FeatureSpec:
     max_json_depth: int = 64
     max_json_bytes: int = 8 * 1024 * 1024
     numpy_lists: bool = False
+    # declared features whose schema refuses null: a null cell is a missing value, left out
+    # of the row's features (so input_schema words it "'x' is a required property")
+    absent_if_null: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -105,7 +109,7 @@ def check_input_schema(schema: pa.Schema, spec: FeatureSpec, source: str) -> Non
             )
         return
     for field in schema:
-        if field.name == spec.id_column:
+        if field.name in (spec.id_column, READ_ERROR):
             continue
         if not _json_like(field.type):
             raise ConfigError(
@@ -155,9 +159,10 @@ def non_finite_rows(array: pa.Array) -> np.ndarray:
 
 def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
     """Convert one record batch into features and the rows refused under the JSON rules."""
+    read_errors = _read_errors(batch)
     if spec.features_column is not None:
-        return _from_json_column(batch, spec)
-    names = [n for n in batch.schema.names if n != spec.id_column]
+        return _from_json_column(batch, spec, read_errors)
+    names = [n for n in batch.schema.names if n not in (spec.id_column, READ_ERROR)]
     columns = {name: batch.column(name) for name in names}
     tensors = _tensor_rows(columns) if spec.numpy_lists else {}
     plain = [n for n in names if n not in tensors]
@@ -169,8 +174,11 @@ def rows_to_features(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
     else:  # keep the column order of the input
         values = [tensors[n] if n in tensors else columns[n].to_pylist() for n in names]
         features = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
-    errors: list[str | None] = [None] * batch.num_rows
+    errors: list[str | None] = read_errors
     for name, column in columns.items():
+        if name in spec.absent_if_null and column.null_count:
+            for row in np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist():
+                features[row].pop(name, None)
         bad = non_finite_rows(column)
         for row in np.flatnonzero(bad).tolist():
             errors[row] = errors[row] or (
@@ -222,12 +230,27 @@ def _views(column: pa.Array) -> list[np.ndarray] | None:
     return [inner[offsets[i] : offsets[i + 1]] for i in range(len(column))]
 
 
-def _from_json_column(batch: pa.RecordBatch, spec: FeatureSpec) -> FeatureRows:
+def _read_errors(batch: pa.RecordBatch) -> list[str | None]:
+    """The reader's message for each row (a cell it could not read), else None."""
+    index = batch.schema.get_field_index(READ_ERROR)
+    if index < 0 or batch.column(index).null_count == batch.num_rows:
+        return [None] * batch.num_rows
+    errors: list[str | None] = batch.column(index).to_pylist()
+    return errors
+
+
+def _from_json_column(
+    batch: pa.RecordBatch, spec: FeatureSpec, read_errors: list[str | None]
+) -> FeatureRows:
     assert spec.features_column is not None
     texts = batch.column(spec.features_column).to_pylist()
     features: list[Any] = []
     errors: list[str | None] = []
-    for text in texts:
+    for text, read_error in zip(texts, read_errors, strict=True):
+        if read_error is not None:
+            features.append(None)
+            errors.append(read_error)
+            continue
         if text is None:
             features.append(None)
             errors.append(f"invalid input: column {spec.features_column!r} is null")

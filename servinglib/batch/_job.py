@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
-import pyarrow.dataset as ds
+import pyarrow as pa
 
 from servinglib.batch._features import FeatureSpec, check_input_schema
+from servinglib.batch._input import first_rows, plan_input, score_first_rows
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._loading import (
     DEFAULT_BATCH_SIZE,
@@ -23,7 +25,7 @@ from servinglib.batch._parts import OutputDirectory, PartStats
 from servinglib.batch._progress import Progress
 from servinglib.batch._source import InputSource, open_input
 from servinglib.batch._spec import BatchAbortedError, BatchJob, BatchSummary
-from servinglib.config.spec import ServiceConfig
+from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ConfigError
 from servinglib.lifecycle.registry import VersionRecord
 
@@ -57,11 +59,31 @@ def _check_options(job: BatchJob) -> None:
         raise ConfigError("; ".join(problems))
 
 
-def _layout(job: BatchJob, source: InputSource, record: VersionRecord) -> OutputLayout:
-    schema = ds.dataset(list(source.files), format=source.format).schema
-    features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
-    check_input_schema(schema, features, job.input)
-    id_type = str(schema.field(job.id_column).type) if job.id_column else None
+def _input_schema(job: BatchJob) -> Mapping[str, Any] | None:
+    """The model's ``input_schema``, read before the model loads (None: no such model yet)."""
+    config = load_config(job.config)
+    model = next((m for m in config.models if m.name == job.model), None)
+    return model.input_schema if model is not None else None
+
+
+def _features(job: BatchJob, source: InputSource) -> FeatureSpec:
+    plan = source.plan
+    return FeatureSpec(
+        job.id_column,
+        job.features_column,
+        numpy_lists=job.numpy_lists,
+        absent_if_null=frozenset(plan.schemas) - plan.nullable,
+    )
+
+
+def _layout(
+    job: BatchJob, source: InputSource, record: VersionRecord, first: pa.RecordBatch | None
+) -> OutputLayout:
+    schema = first.schema if first is not None else pa.schema([])
+    check_input_schema(schema, _features(job, source), job.input)
+    id_type = None
+    if job.id_column and first is not None:
+        id_type = str(schema.field(job.id_column).type)
     example = first_selftest_output(record)
     return OutputLayout.from_example(example, job.id_column, id_type)
 
@@ -85,8 +107,8 @@ def _judge(job: BatchJob, rows: int, errors: int, *, final: bool) -> None:
     if (final or rows >= _MIN_ROWS_TO_JUDGE) and errors > job.max_error_rate * rows:
         raise BatchAbortedError(
             f"{errors:,} of {rows:,} rows failed, more than --max-error-rate "
-            f"{job.max_error_rate:g}; read the error column in {job.output} for the causes "
-            f"(then fix them, or raise --max-error-rate and rerun with --resume)"
+            f"{job.max_error_rate:g}; the error column of the parts in {job.output} says "
+            "why (fix the causes, or raise --max-error-rate and rerun with --resume)"
         )
 
 
@@ -105,7 +127,8 @@ def predict(job: BatchJob) -> BatchSummary:
     """
     _check_options(job)
     check_no_overlap(job.input, job.output)
-    source = open_input(job.input, job.input_format)
+    # the columns input_schema implies: a missing one is refused before the model loads
+    source = plan_input(job, open_input(job.input, job.input_format), _input_schema(job))
     out = OutputDirectory(job.output, job.output_format)
     out.lock()  # before loading the model: a busy output is refused at once
     try:
@@ -115,9 +138,13 @@ def predict(job: BatchJob) -> BatchSummary:
 
 
 def _predict(job: BatchJob, source: InputSource, out: OutputDirectory) -> BatchSummary:
+    first = first_rows(source)
     config, record = load_version(job.config, job.model, job.version, job.workers)
-    layout = _layout(job, source, record)
+    layout = _layout(job, source, record, first)
     batch_size = _batch_size(job, config)
+    if first is not None and job.max_error_rate < 1.0:  # 1: write every error row, never stop
+        scorer = scorer_for(config, record, _features(job, source), layout, batch_size)
+        score_first_rows(scorer, first, source.units[0].path)
     description: dict[str, Any] = {
         "model": record.model,
         "version": record.version,
@@ -126,6 +153,7 @@ def _predict(job: BatchJob, source: InputSource, out: OutputDirectory) -> BatchS
         "output_format": "jsonl" if job.output_format == "jsonl" else "parquet",
         "id_column": job.id_column,
         "features_column": job.features_column,
+        "columns": list(source.plan.features) if source.plan.features is not None else None,
         "numpy_lists": job.numpy_lists,
         "batch_size": batch_size,
         "layout": layout.to_dict(),
@@ -163,7 +191,7 @@ def _run(
             done[unit.index] = stats
     initial = (sum(s.rows for s in done.values()), sum(s.errors for s in done.values()))
     pending = [unit for unit in source.units if unit.index not in done]
-    features = FeatureSpec(job.id_column, job.features_column, numpy_lists=job.numpy_lists)
+    features = _features(job, source)
     timeout_s = call_timeout_s(job, config) if job.engine == "local" else 0.0
     scorer = (
         scorer_for(config, record, features, layout, batch_size)

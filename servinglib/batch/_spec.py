@@ -28,6 +28,8 @@ class BatchJob:
         output_format: parquet or jsonl.
         id_column: an input column carried to the output, not passed as a feature.
         features_column: a column holding each row's features as JSON text.
+        columns: the feature columns; None: those ``input_schema`` declares (others are
+            left out with a warning), or every column when it declares none.
         numpy_lists: numeric list columns reach the model as NumPy arrays, not lists.
         batch_size: rows per ``predict_batch``; ``batching.max_batch_size`` when None.
         workers: worker processes (local) or actors (Ray), each loading the model once.
@@ -53,6 +55,7 @@ class BatchJob:
     output_format: str = "parquet"
     id_column: str | None = None
     features_column: str | None = None
+    columns: tuple[str, ...] | None = None
     numpy_lists: bool = False
     batch_size: int | None = None
     workers: int = 1

@@ -17,12 +17,21 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         "batch-predict",
         help="score a dataset (Parquet, CSV, JSON Lines) with a model version",
-        description="Score every row of a dataset with one model version, after its self-tests.",
+        description="Score every row of a dataset with one model version, after its self-tests.\n"
+        "Columns are read with the types the model's input_schema declares; columns it does\n"
+        "not declare (ids, labels) are left out with a warning (or chosen with --columns);\n"
+        "a row that cannot be read or fails input_schema becomes an error row.",
+        epilog="exit codes: 0 done, 1 the version failed its self-tests, too many rows failed\n"
+        "  (every one of the first 256 stops the job at once) or a worker died, 2 bad options\n"
+        "  or an input file that cannot be read\n"
+        "environment: SERVINGLIB_CONFIG is the default --config\n"
+        "docs: https://github.com/servinglib/servinglib/tree/main/docs/reference/cli.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--config",
         default=os.environ.get("SERVINGLIB_CONFIG", "servinglib.yaml"),
-        help="servinglib.yaml (default: %(default)s)",
+        help="servinglib.yaml (default: $SERVINGLIB_CONFIG or %(default)s)",
     )
     parser.add_argument("--model", required=True, help="the model to score with")
     parser.add_argument("--version", dest="model_version", help="version (default: the default)")
@@ -32,6 +41,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output-format", choices=["parquet", "jsonl"], default="parquet")
     parser.add_argument("--id-column", help="input column carried to the output")
     parser.add_argument("--features-column", help="input column holding the features as JSON")
+    parser.add_argument(
+        "--columns",
+        help="comma-separated feature columns (default: those the model's input_schema "
+        "declares; other columns are left out with a warning)",
+    )
     parser.add_argument(
         "--numpy-lists",
         action="store_true",
@@ -78,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         output_format=args.output_format,
         id_column=args.id_column,
         features_column=args.features_column,
+        columns=tuple(c.strip() for c in args.columns.split(",") if c.strip())
+        if args.columns
+        else None,
         numpy_lists=args.numpy_lists,
         batch_size=args.batch_size,
         workers=args.workers,

@@ -11,6 +11,7 @@ import jsonschema
 
 from servinglib.config.spec import ModelConfig, ServiceConfig, load_config
 from servinglib.errors import ServinglibError
+from servinglib.lifecycle.artifacts import find_pickles, verify_sha256
 from servinglib.lifecycle.importing import import_model_class
 from servinglib.lifecycle.registry import discover_versions
 from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
@@ -33,7 +34,7 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
     try:
         config = load_config(config_path)
     except ServinglibError as e:
-        return None, [str(e)]
+        return None, list(getattr(e, "problems", None) or [str(e)])
     problems: list[str] = []
     for model in config.models:
         problems += _check_model(config, model)
@@ -68,6 +69,7 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
             problems.append(f"{where}.versions: {version!r} has no directory {path}")
             continue
         problems += _profile_problems(path)
+        problems += _artifact_problems(model, version, path, where)
         try:
             cases = load_test_data(path)
         except ServinglibError as e:
@@ -83,6 +85,26 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
                 "set require_self_tests: false"
             )
         problems += _cases_outside_schema(model.input_schema, cases, path / TEST_DATA_FILE)
+    return problems
+
+
+def _artifact_problems(model: ModelConfig, version: str, path: Path, where: str) -> list[str]:
+    """What the loader would refuse in a version's files: a broken sha256 pin, pickle data."""
+    problems = []
+    prefix = f"{version}/"
+    pins = {k.removeprefix(prefix): v for k, v in model.sha256.items() if k.startswith(prefix)}
+    try:
+        verify_sha256(path, pins)
+    except ServinglibError as e:
+        problems.append(f"{where}: version {version!r}: {e}")
+    pickles = [] if model.allow_pickle else find_pickles(path)
+    if pickles:
+        names = ", ".join(str(p.relative_to(path)) for p in pickles)
+        problems.append(
+            f"{where}: version {version!r}: {names} is pickle data, which runs code when "
+            "loaded, so the server refuses to load it; convert it to a safe format (ONNX, "
+            "safetensors, .npz of numeric arrays, JSON) or set allow_pickle: true for this model"
+        )
     return problems
 
 

@@ -9,8 +9,10 @@ Each check gives one :class:`Finding`: ``ok``, ``warn`` (works, but not as inten
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from pathlib import Path
 from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ServinglibError
 from servinglib.serve.ports import port_is_free
+from servinglib.serve.versions import GUNICORN_MINIMUM, check_gunicorn, version_tuple
 
 __all__ = ["EXTRAS", "Finding", "run_doctor"]
 
@@ -29,6 +32,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "optimize": ("onnxruntime", "onnx", "matplotlib", "tqdm"),
     "generator": ("cookiecutter",),
     "postgres": ("psycopg",),
+    "batch": ("pyarrow", "tqdm"),
+    "ray": ("ray", "pyarrow", "tqdm"),
+    "drift": ("pyarrow", "matplotlib", "tqdm"),
 }
 MINIMUM_PYTHON = (3, 11)
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -54,6 +60,7 @@ def run_doctor(
 ) -> list[Finding]:
     """Every check, in order; ``config_path`` (when it exists) adds ports and log paths."""
     findings = [_python()]
+    findings += list(_floors())
     findings += list(_extras(extras))
     findings.append(_torch())
     findings.append(_onnxruntime())
@@ -69,6 +76,54 @@ def _python() -> Finding:
     if sys.version_info[:2] < MINIMUM_PYTHON:
         return Finding("fix", "python", version, "servinglib needs Python >= 3.11")
     return Finding("ok", "python", f"{version} ({sys.executable})")
+
+
+_FLOOR = re.compile(r"^([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)$")
+
+
+def _floors() -> Iterator[Finding]:
+    """gunicorn, then each other core requirement, at or above its floor.
+
+    An older gunicorn lacks settings servinglib passes: ``serve`` would exit with
+    ``No configuration setting for: ...``.
+    """
+    try:
+        gunicorn = importlib.metadata.version("gunicorn")
+    except importlib.metadata.PackageNotFoundError:
+        gunicorn = "0"
+    try:
+        check_gunicorn(gunicorn)
+        yield Finding("ok", "gunicorn", gunicorn)
+    except ServinglibError:
+        yield Finding(
+            "fix",
+            "gunicorn",
+            f"{gunicorn} is older than the {GUNICORN_MINIMUM} servinglib needs",
+            f"pip install 'gunicorn>={GUNICORN_MINIMUM}'",
+        )
+    try:
+        requirements = importlib.metadata.requires("servinglib") or []
+    except importlib.metadata.PackageNotFoundError:
+        return  # a source checkout that was never installed: nothing declared to check
+    for requirement in requirements:
+        match = _FLOOR.match(requirement.replace(" ", ""))
+        if match is None:  # extras (``; extra == ...``) and requirements without a floor
+            continue
+        name, floor = match.groups()
+        if name == "gunicorn":
+            continue  # checked above, against the floor of this code
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            yield Finding("fix", name, "not installed", f"pip install '{name}>={floor}'")
+            continue
+        if version_tuple(installed) < version_tuple(floor):
+            yield Finding(
+                "fix",
+                name,
+                f"{installed} is older than the {floor} servinglib needs",
+                f"pip install '{name}>={floor}'",
+            )
 
 
 def _installed(module: str) -> bool:

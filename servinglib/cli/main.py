@@ -162,6 +162,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="wait until every worker applied the change (load: until it is READY or FAILED)",
     )
+    perf_data = _add_command(
+        commands,
+        "perf-data",
+        "write perf_analyzer input data from a version's self-test cases",
+        "Write the self-test inputs of a version as perf_analyzer --input-data JSON, so a load\n"
+        "test sends inputs the model accepts (random ones break bounds such as pixels 0-16).\n"
+        "Batched models get one entry per row, shaped without the batch dimension.",
+        "0 written, 2 unknown model or no usable self-test cases",
+    )
+    _add_config(perf_data)
+    perf_data.add_argument("--model", required=True, help="the model")
+    perf_data.add_argument("--version", dest="model_version", help="default: the default")
+    perf_data.add_argument("--out", type=Path, help="file to write (default: stdout)")
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
@@ -215,6 +228,8 @@ def _run(args: argparse.Namespace) -> int:
             return _validate(args.config)
         if args.command == "admin":
             return _admin(args)
+        if args.command == "perf-data":
+            return _perf_data(args.config, args.model, args.model_version, args.out)
         if args.command == "batch-predict":
             from servinglib.batch.cli import run as run_batch
 
@@ -255,6 +270,20 @@ def _validate(config_path: str) -> int:
     assert config is not None
     names = ", ".join(m.name for m in config.models)
     print(f"{config_path}: OK ({len(config.models)} model(s): {names})")
+    return EXIT_OK
+
+
+def _perf_data(config_path: str, model: str, version: str | None, out: Path | None) -> int:
+    import json
+
+    from servinglib.checks.perf_data import perf_analyzer_data
+
+    text = json.dumps(perf_analyzer_data(config_path, model, version)) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}: perf_analyzer -m {model} --input-data {out} ...", file=sys.stderr)
     return EXIT_OK
 
 

@@ -40,7 +40,12 @@ models:
     class: models.eta.model:EtaModel
     repository: models/eta          # holds 1/, 2/, ... each with its artifact + test_data.json
     default_version: "1"            # explicit: adding a version never moves it
-    input_schema: {type: object, required: [distance_km]}
+    input_schema:                   # checked before predict(): a bad request gets a 400
+      type: object
+      required: [distance_km]
+      additionalProperties: false
+      properties:
+        distance_km: {type: number, minimum: 0}
 """
 
 WEIGHTS_JSON = """\

@@ -24,7 +24,7 @@ from servinglib.compose.spec import (
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
-__all__ = ["DeclaredModel", "check_compositions"]
+__all__ = ["CompositionError", "DeclaredModel", "check_compositions"]
 
 
 class DeclaredModel(Protocol):
@@ -46,20 +46,42 @@ class DeclaredModel(Protocol):
     def key_path(self) -> str: ...
 
 
+class CompositionError(ConfigError):
+    """Several composed versions are wrong: ``problems`` holds one message for each
+    (``source`` and ``key_path`` are the first one's)."""
+
+    def __init__(self, problems: Sequence[ConfigError]) -> None:
+        self.problems = [str(p) for p in problems]
+        super().__init__("\n".join(self.problems))
+        self.source, self.key_path = problems[0].source, problems[0].key_path
+
+
 def check_compositions(models: Sequence[DeclaredModel], label: str) -> None:
-    """Refuse the first problem of every composed model among ``models``.
+    """Refuse every composed version among ``models`` that is wrong (its first problem each).
 
     Raises:
-        ConfigError: naming the key path, the step and the fix.
+        ConfigError: naming the key path, the step and the fix; :class:`CompositionError`
+            when several versions are wrong, with every message.
     """
     by_name = {m.name: m for m in models}
+    problems: list[ConfigError] = []
     for model in models:
         if model.composition is None:
             continue
         for version, spec in model.composition.versions.items():
             where = f"{model.key_path}.{model.composition.kind}.{version}"
-            _check_version(model, version, spec, by_name, label, where)
-    _check_model_cycles(models, label)
+            try:
+                _check_version(model, version, spec, by_name, label, where)
+            except ConfigError as e:
+                problems.append(e)
+    try:
+        _check_model_cycles(models, label)
+    except ConfigError as e:
+        problems.append(e)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise CompositionError(problems)
 
 
 def _fail(message: str, label: str, where: str) -> ConfigError:

@@ -99,6 +99,13 @@ class InferProtocol(JsonProtocol):
                 'the body must be a JSON object: {"model_id": ..., "features": ...}'
             )
         model = body.get("model_id")
+        if model is None and "inputs" in body:
+            raise InvalidInputError(
+                "this looks like an Open Inference (v2) request (it has `inputs`, no "
+                "`model_id`): send it to POST /v2/models/{model}/infer, or send "
+                '{"model_id": ..., "features": ...} to /infer',
+                field="model_id",
+            )
         if not isinstance(model, str):
             raise InvalidInputError("`model_id` is required and must be a string", field="model_id")
         version = body.get("version")
@@ -164,12 +171,21 @@ class V2Protocol(JsonProtocol):
             InvalidInputError: the body does not follow the protocol; the message says where.
         """
         assert model is not None  # the path names it
-        decoded = decode_request(
-            raw,
-            json_header_length(head.header(HEADER_LENGTH)),
-            max_elements=self._max_elements,
-            max_depth=self._max_depth,
-        )
+        try:
+            decoded = decode_request(
+                raw,
+                json_header_length(head.header(HEADER_LENGTH)),
+                max_elements=self._max_elements,
+                max_depth=self._max_depth,
+            )
+        except InvalidInputError as e:
+            if b'"features"' in raw or b'"model_id"' in raw:
+                raise InvalidInputError(
+                    f"{e}; this looks like an /infer request (it has `model_id` or "
+                    "`features`): send it to POST /infer, or send Open Inference `inputs` here",
+                    field=e.field,
+                ) from e
+            raise
         request = InferenceRequest(
             model,
             decoded.inputs,

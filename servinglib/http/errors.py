@@ -127,6 +127,8 @@ def describe(error: BaseException) -> Described:
         # Werkzeug redirects (merged slashes, a missing trailing slash) would build a
         # Location from the client's Host header: every path is either served or a 404.
         return Described(404, error_body(_NOT_FOUND), "not_found")
+    if isinstance(error, HTTPException) and error.code == 404:
+        return Described(404, error_body(_NOT_FOUND), "not_found")
     if isinstance(error, HTTPException) and error.code is not None and error.code < 500:
         kept = tuple(  # e.g. Allow on 405, kept per RFC 9110
             (k, v) for k, v in error.get_headers() if k.lower() != "content-type"
@@ -141,7 +143,11 @@ def describe(error: BaseException) -> Described:
     return Described(500, error_body(message), "server_error")
 
 
-_NOT_FOUND = "no such path; see /openapi.json for the paths this server answers"
+_NOT_FOUND = (
+    "no such path; predictions are POST /infer (features as JSON) or POST "
+    "/v2/models/{model}/infer (Open Inference); GET /models lists the models, /livez and "
+    "/readyz are the probes, /metrics the metrics; /openapi.json describes every path"
+)
 
 
 def _status_for(error: ServinglibError) -> int:

@@ -108,8 +108,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "optimize",
         help="export to ONNX, optimize the graph, quantize to INT8, measure and report",
-        description="Export PyTorch models to ONNX, optimize graphs, quantize to INT8, and "
-        "measure what it gained and lost.",
+        description="Export PyTorch models to ONNX, optimize graphs, quantize to INT8, and\n"
+        "measure what it gained and lost: `optimize run` checks the optimize_budgets of a\n"
+        "model (--config) and writes a report with the candidates it measured.",
+        epilog="exit codes: 0 done (every budget met), 1 a budget exceeded or no candidate "
+        "fits,\n  2 bad arguments or an unreadable model\n"
+        "environment: SERVINGLIB_CONFIG is not read: `optimize run --config` names the file\n"
+        "docs: https://github.com/servinglib/servinglib/tree/main/docs/reference/cli.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     steps = parser.add_subparsers(dest="optimize_command", required=True)
 

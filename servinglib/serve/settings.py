@@ -7,6 +7,7 @@ from typing import Any
 
 from servinglib.config.spec import ServerConfig
 from servinglib.serve import hooks
+from servinglib.serve.versions import check_gunicorn
 
 __all__ = ["WORKER_CLASSES", "WSGI_APP", "connection_cap", "gunicorn_settings"]
 
@@ -26,7 +27,11 @@ def gunicorn_settings(server: ServerConfig) -> dict[str, Any]:
     ``keepalive`` stays above Envoy's upstream idle timeout (60 s), or Envoy reuses a
     connection gunicorn just closed and clients see sporadic 503s. ``timeout`` stays above
     the Envoy route timeout (15 s): a worker killed by gunicorn loses every in-flight request.
+
+    Raises:
+        ConfigError: the installed gunicorn is older than servinglib's floor.
     """
+    check_gunicorn()
     return {
         "bind": [f"{server.host}:{server.port}"],
         "workers": server.workers,

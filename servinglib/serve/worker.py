@@ -14,19 +14,19 @@ It lingers only while every connection of the worker can have a thread of its ow
 at all while the worker is stopping.
 
 gunicorn answers what it refuses itself (a malformed request line or header, a transfer
-coding it does not know, a bad chunk) with an HTML page; this worker sends the same status
-with a JSON ``{"error": ...}`` body, like every other answer of servinglib.
+coding it does not know, a bad chunk) with an HTML page; this worker's ``handle_error``
+sends the same status with a JSON ``{"error": ...}`` body instead, like every other answer
+of servinglib (:mod:`servinglib.serve.refusals`).
 """
 
 from __future__ import annotations
 
-import html
-import re
 import select
 from typing import Any
 
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
+from servinglib.serve.refusals import refusal
 from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
 from servinglib.serving.assembly import Worker
 
@@ -61,10 +61,18 @@ class LingeringThreadWorker(GuardedThreadWorker):
         return keepalive
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        """gunicorn's refusal (status, log line, access log), answered in JSON."""
-        captured = _CapturedAnswer(client)
-        super().handle_error(req, captured, addr, exc)
-        status, message = captured.status_and_message()
+        """What gunicorn refused (or a server error), answered in JSON with gunicorn's status.
+
+        gunicorn's access log is off (servinglib writes its own), so only the log line and
+        the answer are left of its ``handle_error``.
+        """
+        status, message = refusal(exc)
+        if status.startswith("500"):
+            where = f"{req.method} {req.uri}" if hasattr(req, "method") else "(no URI read)"
+            self.log.exception("Error handling request %s", where)
+        else:
+            ip = addr[0] if addr else ""
+            self.log.warning("Invalid request from ip=%s: %s", ip, exc)
         try:
             client.sendall(json_refusal(status, message))
         except OSError:
@@ -83,33 +91,3 @@ def _next_request_ready(conn: Any) -> bool:
     except (OSError, ValueError):
         return False
     return bool(readable)
-
-
-class _CapturedAnswer:
-    """The client socket as gunicorn's error writer sees it: what it writes is kept."""
-
-    def __init__(self, sock: Any) -> None:
-        self._sock = sock
-        self.data = b""
-
-    def __getattr__(self, name: str) -> Any:  # getsockname() and the like, for the access log
-        return getattr(self._sock, name)
-
-    def gettimeout(self) -> float:
-        return 0.0  # written at once: no blocking mode switch on the real socket
-
-    def sendall(self, data: bytes) -> None:
-        self.data += data
-
-    def status_and_message(self) -> tuple[str, str]:
-        """The status ("400 Bad Request") and the plain-text message of the HTML page."""
-        status_line = self.data.split(b"\r\n", 1)[0].decode("latin-1")
-        status = status_line.split(" ", 1)[1] if " " in status_line else "400 Bad Request"
-        page = self.data.decode("latin-1")
-        found = re.search(r"</h1>(.*)</body>", page, re.DOTALL)
-        message = html.unescape(found.group(1)).strip() if found else ""
-        if not message:
-            message = status.split(" ", 1)[-1].lower()
-        if status.startswith("5"):
-            message = "internal server error; see the server log"
-        return status, message

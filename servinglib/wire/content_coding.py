@@ -18,6 +18,9 @@ Example::
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
+
+from werkzeug.http import parse_accept_header
 
 from servinglib.errors import InvalidInputError
 
@@ -58,23 +61,23 @@ def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     return body
 
 
+@lru_cache(maxsize=64)  # clients repeat one header: parse it once
 def response_coding(accept_encoding: str | None) -> str | None:
     """The coding to compress an answer with, from ``Accept-Encoding`` (None: send as is).
 
-    Follows RFC 9110: ``q=0`` refuses a coding, ``*`` stands for any coding not named, and
-    among acceptable codings the highest q wins (gzip before deflate on a tie).
+    Read by Werkzeug's ``parse_accept_header`` (RFC 9110): ``q=0`` refuses a coding, ``*``
+    stands for any coding not named, and among acceptable codings the highest q wins (gzip
+    before deflate on a tie). ``x-gzip`` is gzip.
     """
     if not accept_encoding:
         return None
-    weights: dict[str, float] = {}
-    for item in accept_encoding.split(","):
-        name, _, params = item.strip().partition(";")
-        name = _ALIASES.get(name.strip().lower(), name.strip().lower())
-        if name:
-            weights[name] = _quality(params)
+    accept = parse_accept_header(accept_encoding)
     best: tuple[float, str] | None = None
     for coding in CODINGS:
-        q = weights.get(coding, weights.get("*", 0.0))
+        q = float(accept[coding])
+        aliases = [a for a, c in _ALIASES.items() if c == coding]
+        if aliases and any(value.lower() in aliases for value in accept.values()):
+            q = max(q, *(float(accept[a]) for a in aliases))
         if q > 0 and (best is None or q > best[0]):
             best = (q, coding)
     return None if best is None else best[1]
@@ -89,17 +92,6 @@ def encode_body(body: bytes, coding: str) -> bytes:
     else:
         raise ValueError(f"unknown coding {coding!r}; use one of {CODINGS}")
     return compressor.compress(body) + compressor.flush()
-
-
-def _quality(params: str) -> float:
-    for param in params.split(";"):
-        key, _, value = param.strip().partition("=")
-        if key.strip().lower() == "q":
-            try:
-                return min(1.0, max(0.0, float(value)))
-            except ValueError:
-                return 0.0
-    return 1.0
 
 
 def _inflate(data: bytes, coding: str, limit: int) -> bytes:

@@ -178,3 +178,25 @@ def test_expect_100_continue_gets_the_interim_answer_then_the_whole_answer(
         sock.sendall(body)
         data = read_head(sock, rest)
     assert data.startswith(b"HTTP/1.1 200 "), data
+
+
+def _sized(path: str, body: bytes) -> bytes:
+    return post(path, body, f"Content-Length: {len(body)}", "Connection: close")
+
+
+def test_an_unknown_path_names_the_routes_in_json(server: LiveServer) -> None:
+    status, headers, body = exchange(server, _sized("/predict", INFER))
+    error = str(assert_json(status, headers, body, 404)["error"])
+    assert "POST /infer" in error
+    assert "POST /v2/models/{model}/infer" in error
+    assert "/openapi.json" in error
+
+
+def test_a_body_of_the_other_protocol_gets_a_hint(server: LiveServer) -> None:
+    status, headers, body = exchange(server, _sized("/infer", V2))
+    error = str(assert_json(status, headers, body, 400)["error"])
+    assert error.startswith("this looks like an Open Inference (v2) request (it has `inputs`")
+    assert "send it to POST /v2/models/{model}/infer" in error
+    status, headers, body = exchange(server, _sized("/v2/models/scorer/infer", INFER))
+    error = str(assert_json(status, headers, body, 400)["error"])
+    assert "this looks like an /infer request (it has `model_id` or `features`)" in error

@@ -136,7 +136,21 @@ def test_selftest_enforces_optimize_budgets(passing_config: Path) -> None:
     assert run("selftest", "--config", str(passing_config)).returncode == 0
 
 
-@pytest.mark.parametrize("command", ["init", "doctor", "serve", "validate", "selftest", "admin"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "init",
+        "doctor",
+        "serve",
+        "validate",
+        "selftest",
+        "admin",
+        "profile",
+        "drift",
+        "optimize",
+        "batch-predict",
+    ],
+)
 def test_every_command_help_has_a_description_exit_codes_and_the_docs(command: str) -> None:
     result = run(command, "--help")
     assert result.returncode == 0
@@ -146,3 +160,5 @@ def test_every_command_help_has_a_description_exit_codes_and_the_docs(command: s
     assert "\nexit codes: 0 " in result.stdout
     assert "SERVINGLIB_CONFIG" in result.stdout
     assert "docs: https://" in result.stdout
+    if "  --config CONFIG" in result.stdout:
+        assert "(default: $SERVINGLIB_CONFIG or servinglib.yaml)" in " ".join(result.stdout.split())

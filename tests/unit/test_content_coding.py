@@ -87,6 +87,12 @@ def test_bad_codings_name_the_problem(header: str, data: bytes, status: int, mes
         ("*;q=0.2, gzip;q=0", "deflate"),
         ("br", None),
         ("gzip;q=bogus, deflate", "deflate"),
+        ("GZIP", "gzip"),
+        ("x-gzip", "gzip"),
+        ("*, gzip;q=0", "deflate"),  # the named coding wins over the wildcard, in any order
+        ("gzip;q=0.2, *;q=0.9", "deflate"),
+        ("deflate;q=0.5, gzip;q=0.5", "gzip"),
+        ("*;q=0", None),
     ],
 )
 def test_response_coding_follows_accept_encoding(accept: str | None, expected: str | None) -> None:

@@ -49,3 +49,15 @@ def test_init_never_overwrites_without_force(tmp_path: Path) -> None:
     assert not (tmp_path / "models").exists()
     assert run("init", "--force", cwd=tmp_path).returncode == 0
     assert (tmp_path / "servinglib.yaml").read_text() == STARTER_FILES["servinglib.yaml"]
+
+
+def test_the_starter_schema_types_its_feature_so_a_string_is_a_400(tmp_path: Path) -> None:
+    from servinglib.serve.app import create_app_from_config
+
+    assert run("init", cwd=tmp_path).returncode == 0
+    client = create_app_from_config(tmp_path / "servinglib.yaml").test_client()
+    answer = client.post("/infer", json={"model_id": "eta", "features": {"distance_km": "two"}})
+    assert answer.status_code == 400
+    assert answer.get_json()["error"] == "features.distance_km: 'two' is not of type 'number'"
+    fine = client.post("/infer", json={"model_id": "eta", "features": {"distance_km": 2.0}})
+    assert fine.get_json()["output"] == {"eta_s": 312.0}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from servinglib.monitoring.drift.profile import (
     build_profile,
     default_profile_path,
 )
-from servinglib.monitoring.drift.sources import read_data_file, read_prediction_log
+from servinglib.monitoring.drift.sources import read_prediction_log
 
 __all__ = ["profile_version"]
 
@@ -27,12 +28,18 @@ def profile_version(
     log_since_s: float | None = None,
     with_outputs: bool = True,
     window: WindowSpec | None = None,
+    columns: Sequence[str] | None = None,
+    progress: bool = False,
+    note: Callable[[str], None] = lambda message: None,
 ) -> tuple[Path, Profile]:
     """Profile one version and write ``profile.json`` into its directory.
 
-    With ``data``, each row is a request's features; unless ``with_outputs`` is False the
-    version is loaded and answers every row, so its outputs are profiled too. With
-    ``log_since_s``, the version's logged answers of that period are used as they are.
+    With ``data``, each row is a request's features: the columns the model's
+    ``input_schema`` declares (or ``columns``), read with its types by the reader
+    ``batch-predict`` uses; unless ``with_outputs`` is False the version is loaded and
+    answers the rows in batches, so its outputs are profiled too. With ``log_since_s``,
+    the version's logged answers of that period are used as they are. ``note`` receives
+    what the user should know (columns left out, rows that failed).
 
     Raises:
         ProfileError, ConfigError, ModelLoadError: naming what is wrong.
@@ -47,17 +54,7 @@ def profile_version(
     record = registry.record(model, version)
     rows: list[tuple[Any, Any]]
     if data is not None:
-        features = read_data_file(data)
-        outputs: list[Any] = [None] * len(features)
-        if with_outputs:
-            registry.load_version(registry.model_config(model), record)
-            if record.instance is None:
-                raise ProfileError(
-                    f"model {model!r} version {version!r} did not load ({record.reason}); "
-                    "fix it or pass --no-outputs"
-                )
-            outputs = [record.instance.predict(record.instance.prepare(f)) for f in features]
-        rows = list(zip(features, outputs, strict=True))
+        rows = _rows_of_file(registry, record, data, with_outputs, columns, progress, note)
         source = str(data)
     elif log_since_s is not None:
         if config.prediction_log is None:
@@ -73,3 +70,55 @@ def profile_version(
     path = default_profile_path(record.path)
     profile.save(path)
     return path, profile
+
+
+def _rows_of_file(
+    registry: Any,
+    record: Any,
+    data: Path,
+    with_outputs: bool,
+    columns: Sequence[str] | None,
+    progress: bool,
+    note: Callable[[str], None],
+) -> list[tuple[Any, Any]]:
+    from servinglib.monitoring.drift.outputs import predict_rows
+    from servinglib.tabular import read_feature_rows
+
+    model_config = registry.model_config(record.model)
+    table = read_feature_rows(data, model_config.input_schema, model=record.model, columns=columns)
+    if table.plan.dropped and columns is None:
+        note(
+            f"columns {list(table.plan.dropped)} are not features of model {record.model!r} "
+            "(its input_schema does not declare them): not profiled; choose with --columns"
+        )
+    outputs: list[Any] = [None] * len(table.rows)
+    errors = table.errors
+    if with_outputs:
+        registry.load_version(model_config, record)
+        if record.instance is None:
+            raise ProfileError(
+                f"model {record.model!r} version {record.version!r} did not load "
+                f"({record.reason}); fix it or pass --no-outputs"
+            )
+        batch_size = model_config.batching.max_batch_size if model_config.batching else 256
+        outputs, errors = predict_rows(
+            record.instance,
+            table.rows,
+            table.errors,
+            model_config.input_schema,
+            batch_size=batch_size,
+            progress=progress,
+        )
+    failed = [(i, e) for i, e in enumerate(errors) if e is not None]
+    if failed:
+        row, first = failed[0]
+        note(
+            f"{len(failed):,} of {len(errors):,} rows failed and have no output (row "
+            f"{row + 1}: {first})"
+        )
+        if len(failed) == len(errors) and errors:
+            raise ProfileError(
+                f"every row of {data} failed, so there is nothing to profile; row {row + 1}: "
+                f"{first}"
+            )
+    return list(zip(table.rows, outputs, strict=True))

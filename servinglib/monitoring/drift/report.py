@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import itertools
 import json
 from dataclasses import replace
@@ -89,30 +88,38 @@ def _chart(field: dict[str, Any], out: Path) -> str:
     return name
 
 
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title></head>
+<body><h1>{{ title }}</h1>
+<p>{{ result.requests }} logged answers in the last {{ "%g" | format(since) }} s; PSI above
+{{ result.drift_threshold }} counts as drifted.</p>
+<table border="1"><tr><th>role</th><th>field</th><th>kind</th><th>samples</th><th>PSI</th>
+<th>JS distance</th><th></th><th>data quality</th></tr>
+{% for field in result.fields %}<tr><td>{{ field.role }}</td><td>{{ field.name }}</td>
+<td>{{ field.kind }}</td><td>{{ field.samples }}</td>
+<td>{{ "-" if field.psi is none else "%.4f" | format(field.psi) }}</td>
+<td>{{ "-" if field.js_distance is none else "%.4f" | format(field.js_distance) }}</td>
+<td>{{ "DRIFTED" if field.drifted else "" }}</td>
+<td>{{ quality(field) }}</td></tr>
+{% endfor %}</table>
+{% for name, src in charts.items() %}<h3>{{ name }}</h3><img src="{{ src }}" alt="{{ name }}">
+{% endfor %}</body></html>
+"""
+
+
+def _quality(field: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in field["quality"].items() if v) or "-"
+
+
 def _html(result: dict[str, Any], charts: dict[str, str]) -> str:
-    rows = []
-    for field in result["fields"]:
-        quality = ", ".join(f"{k} {v}" for k, v in field["quality"].items() if v) or "-"
-        psi = "-" if field["psi"] is None else f"{field['psi']:.4f}"
-        js = "-" if field["js_distance"] is None else f"{field['js_distance']:.4f}"
-        flag = "DRIFTED" if field["drifted"] else ""
-        rows.append(
-            f"<tr><td>{html.escape(field['role'])}</td><td>{html.escape(field['name'])}</td>"
-            f"<td>{field['kind']}</td><td>{field['samples']}</td><td>{psi}</td><td>{js}</td>"
-            f"<td>{flag}</td><td>{html.escape(quality)}</td></tr>"
-        )
-    images = "".join(
-        f'<h3>{html.escape(name)}</h3><img src="{html.escape(src)}" alt="{html.escape(name)}">'
-        for name, src in charts.items()
-    )
-    title = f"Drift of {result['model']} version {result['version']}"
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        "</head><body>"
-        f"<h1>{html.escape(title)}</h1><p>{result['requests']} logged answers in the last "
-        f"{result['window']['since_seconds']:g} s; PSI above {result['drift_threshold']} "
-        "counts as drifted.</p><table border='1'><tr><th>role</th><th>field</th><th>kind</th>"
-        "<th>samples</th><th>PSI</th><th>JS distance</th><th></th><th>data quality</th></tr>"
-        + "".join(rows)
-        + f"</table>{images}</body></html>\n"
+    """The report page; every value is escaped (Jinja2 autoescape), field names included."""
+    import jinja2
+
+    environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    page = environment.from_string(_PAGE)
+    return page.render(
+        title=f"Drift of {result['model']} version {result['version']}",
+        result=result,
+        since=result["window"]["since_seconds"],
+        charts=charts,
+        quality=_quality,
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import queue
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,7 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import SERVICE_CONFIG, LiveServer, free_port, launch, stop
+from tests.conftest import SERVICE_CONFIG, stop
+from tests.integration._tools_grpc import GrpcServer, launch_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -37,26 +37,11 @@ TENSORS = {
 }
 
 
-class GrpcServer(LiveServer):
-    """A live server with its gRPC address."""
-
-    grpc_address: str
-
-
-def launch_grpc(config: Path, log_dir: Path, *extra: str) -> GrpcServer:
-    """``servinglib serve`` with ``server.grpc_port`` on a free port."""
-    port = free_port()
-    server = launch(config, log_dir, *extra, env={"SERVINGLIB_GRPC_PORT": str(port)})
-    grpc_server = GrpcServer(server.url, server.process, server.log_path)
-    grpc_server.grpc_address = f"127.0.0.1:{port}"
-    return grpc_server
-
-
 @pytest.fixture(scope="module")
 def grpc_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcServer]:
     server = launch_grpc(SERVICE_CONFIG, tmp_path_factory.mktemp("grpc"), "--workers", "2")
     yield server
-    stop(server.process)
+    stop(server.live.process)
 
 
 @pytest.fixture
@@ -283,7 +268,7 @@ def test_grpc_requests_are_counted_and_logged(
         and 'outcome="success"' in line
         for line in metrics.splitlines()
     )
-    log = grpc_server.wait_for_log('"request_id": "m-1"')
+    log = grpc_server.live.wait_for_log('"request_id": "m-1"')
     line = next(line for line in log.splitlines() if '"request_id": "m-1"' in line)
     assert '"protocol": "grpc"' in line
     assert '"/inference.GRPCInferenceService/ModelInfer"' in line

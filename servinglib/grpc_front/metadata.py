@@ -123,8 +123,10 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
 
     ``success``/``fail``: requests answered or refused, and their wall time (the request
     duration histogram does not split by outcome: both durations are that of all requests,
-    shared in proportion of the counts). ``queue``: the batcher's queue time.
-    ``execution_count``: batches run (requests, for a model that does not batch).
+    shared in proportion of the counts). ``queue``: the batcher's queue count and time (for a
+    model without a batcher, its successful requests and what queue time was measured).
+    ``inference_count``: successful requests; ``execution_count``: batches run (requests,
+    for a model that does not batch).
     ``last_inference`` is not kept (0).
 
     Raises:
@@ -161,16 +163,19 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         seconds = c["servinglib_request_duration_seconds_sum"]
         success_ns = int(seconds * _SECONDS_TO_NS * c["success"] / answered) if answered else 0
         fail_ns = int(seconds * _SECONDS_TO_NS) - success_ns if answered else 0
-        batches = c["servinglib_batch_size_count"]
+        batching = registry.model_config(name).batching is not None
+        success = int(c["success"])
         stats = response.model_stats.add(
             name=name,
             version=version,
-            inference_count=int(c["servinglib_batch_size_sum"] or c["success"]),
-            execution_count=int(batches or c["success"]),
+            inference_count=success,
+            execution_count=int(c["servinglib_batch_size_count"]) if batching else success,
         )
         inference = stats.inference_stats
-        inference.success.count, inference.success.ns = int(c["success"]), success_ns
+        inference.success.count, inference.success.ns = success, success_ns
         inference.fail.count, inference.fail.ns = int(c["fail"]), fail_ns
-        inference.queue.count = int(c["servinglib_queue_time_seconds_count"])
+        # perf_analyzer finds the version that served by its queue count
+        queued = c["servinglib_queue_time_seconds_count"] if batching else success
+        inference.queue.count = int(queued)
         inference.queue.ns = int(c["servinglib_queue_time_seconds_sum"] * _SECONDS_TO_NS)
     return response

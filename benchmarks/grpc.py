@@ -78,7 +78,7 @@ def perf(tool: Path, setup: Setup, address: str, protocol: str, seconds: float) 
             str(tool / "bin" / "perf_analyzer"),
             *("-m", setup.model, "-u", address, "-i", protocol),
             *("--concurrency-range", str(setup.concurrency)),
-            *("-p", str(int(seconds * 1000)), "--max-trials", "3"),
+            *("-p", str(int(seconds * 1000)), "--max-trials", "8"),
             *("--stability-percentage", "999", "-f", report.name),
             *(formats if protocol == "http" else ()),
             *setup.options,
@@ -143,7 +143,7 @@ def measure(tool: Path, seconds: float, rounds: int) -> Runs:
             try:
                 for setup in chosen:  # warm-up
                     for protocol, address in addresses.items():
-                        perf(tool, setup, address, protocol, 1.0)
+                        perf(tool, setup, address, protocol, 2.0)
                 for round_ in range(rounds):
                     order = list(addresses) if round_ % 2 == 0 else list(addresses)[::-1]
                     for setup in chosen:
@@ -157,18 +157,22 @@ def measure(tool: Path, seconds: float, rounds: int) -> Runs:
     return runs
 
 
-def render(runs: Runs, command: str) -> str:
+def render(runs: Runs, command: str, load: tuple[float, float]) -> str:
     lines = [
         "<!-- bench:grpc:start -->",
         "### Open Inference over gRPC beside v2 binary REST",
         "",
         f"Command: `{command}`  ",
-        f"Machine: {_machine()}; load generator `perf_analyzer` (tritonclient 2.50.0) on the "
-        "same machine.",
+        "Machine: "
+        + _machine().replace("`hey`", "`perf_analyzer` (tritonclient 2.50.0)")
+        + f". Load average (1 min) {load[0]:.1f} before, {load[1]:.1f} after the runs.",
         "",
         "One server, 2 asyncio workers, REST and gRPC on their own ports; `perf_analyzer -i "
         "http` (binary tensors in and out) and `-i grpc` (raw contents) in turns. Each row is "
-        "the median run; *gRPC / REST* is the median over rounds of the ratio of requests/s.",
+        "the median run; *gRPC / REST* is the median over rounds of the ratio of requests/s. "
+        "perf_analyzer's gRPC client multiplexes its calls over few HTTP/2 connections, and "
+        "the kernel hands each connection to one worker; its HTTP client opens one connection "
+        "per concurrent request.",
         "",
         "| model | concurrency | protocol | requests/s | gRPC / REST | p50 ms | p99 ms |",
         "|---|---:|---|---:|---:|---:|---:|",
@@ -196,7 +200,9 @@ def main() -> int:
     parser.add_argument("--no-docs", action="store_true", help="print only")
     args = parser.parse_args()
     command = ("python benchmarks/grpc.py " + shlex.join(sys.argv[1:])).strip()
-    block = render(measure(args.perf_analyzer, args.seconds, args.rounds), command)
+    before = os.getloadavg()[0]
+    runs = measure(args.perf_analyzer, args.seconds, args.rounds)
+    block = render(runs, command, (before, os.getloadavg()[0]))
     if not args.no_docs:
         write_docs("grpc", block)
     print(block)

@@ -99,7 +99,8 @@ class GrpcFrontEnd:
         )
         server.add_registered_method_handlers(SERVICE_NAME, handlers)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        self.port = server.add_insecure_port(f"{config.host}:{config.grpc_port}")
+        host = f"[{config.host}]" if ":" in config.host else config.host  # an IPv6 address
+        self.port = server.add_insecure_port(f"{host}:{config.grpc_port}")
         await server.start()
         self._server = server
         await self._set_health(self._readiness())

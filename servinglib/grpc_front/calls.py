@@ -77,14 +77,12 @@ class InferCalls:
         headers = {key: value for key, value in metadata if isinstance(value, str)}
         answer = Answer(request_id=request_id_from(headers.get(REQUEST_ID_HEADER)))
         model = getattr(request, "model_name", "")
-        label = "_unknown"
+        label = model if model in self.service.models else "_unknown"
         outcome, status = "success", 200
         try:
             if isinstance(request, Malformed):
                 raise InvalidInputError(request.reason)
             call, decoded = self._request(request, headers, remaining_s, answer.request_id)
-            if model in self.service.models:
-                label = model
             prediction = await self.service.infer_async(call, answer.followups)
             answer.version = prediction.version
             answer.response = _encoded(prediction, decoded)
@@ -93,8 +91,6 @@ class InferCalls:
             answer.response = None
             outcome, status = answer.status.outcome, answer.status.http_status
             answer.version = answer.status.version or answer.version
-            if model in self.service.models:
-                label = model
         finally:
             self._in_flight.dec()
         elapsed = time.perf_counter() - started

@@ -77,6 +77,7 @@ class ServerConfig:
     log_format: str = "auto"
     deadline_margin_ms: int = 50
     compress_min_bytes: int = 65536
+    grpc_port: int = 0  # 0: no gRPC listener (servinglib.grpc_front)
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,13 @@ def _shadow(raw: Mapping[str, Any]) -> ShadowConfig:
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     root = source.parent
     server = ServerConfig(**raw.get("server", {}))
+    if server.grpc_port and server.worker != "asyncio":
+        raise ConfigError(
+            f"{server.grpc_port} needs server.worker: asyncio (the gRPC server runs on the "
+            f"worker's event loop; worker {server.worker!r} has none); set 0 or asyncio",
+            source=label,
+            key_path="server.grpc_port",
+        )
     python_path = tuple(
         resolve_inside(root, entry, label=label, key_path=f"python_path[{i}]")
         for i, entry in enumerate(raw.get("python_path", []))

@@ -223,10 +223,29 @@ class ServingMetrics:
 
     def render(self) -> tuple[bytes, str]:
         """Prometheus text for ``/metrics``: all workers in multiprocess mode, else this one."""
-        if multiprocess_dir():
+        return generate_latest(self._scraped()), CONTENT_TYPE_LATEST
+
+    def samples(self, *names: str) -> list[tuple[str, dict[str, str], float]]:
+        """``(sample name, labels, value)`` of the metrics ``names`` (e.g.
+        ``"servinglib_requests"``), summed over all workers as ``/metrics`` shows them."""
+        wanted = set(names)
+        registry = self.registry
+        if multiprocess_dir():  # the counters only: drift scores are not computed for this
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            for collector in self._collectors:
-                registry.register(collector)
-            return generate_latest(registry), CONTENT_TYPE_LATEST
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return [
+            (sample.name, sample.labels, sample.value)
+            for metric in registry.collect()
+            if metric.name in wanted
+            for sample in metric.samples
+        ]
+
+    def _scraped(self) -> CollectorRegistry:
+        """What a scrape reads: every worker's files in multiprocess mode, else this one."""
+        if not multiprocess_dir():
+            return self.registry
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        for collector in self._collectors:
+            registry.register(collector)
+        return registry

@@ -193,7 +193,7 @@ def is_fp32_onnx_version(version_dir: Path) -> bool:
     """True when ``version_dir`` holds ONNX models and none has a quantized operator."""
     try:
         import onnx
-        from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+        from google.protobuf.message import DecodeError
     except ImportError:
         return False
     models = sorted(version_dir.glob("*.onnx"))

@@ -52,6 +52,7 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
 
     balance: ClassVar[ConnectionBalance | None] = None  # shared by the workers of a server
     serving: Worker | None = None  # this process's worker, once built
+    grpc: Any = None  # the gRPC front end (servinglib.grpc_front), when server.grpc_port is set
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # runs in the master, before the fork
@@ -79,6 +80,12 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
             close_when=balance.crowded,
             liveness=serving.is_live,
         )
+        if server.grpc_port:  # imported only here, after fork: grpc must not start in the master
+            from servinglib.grpc_front.server import GrpcFrontEnd
+
+            self.grpc = GrpcFrontEnd(
+                serving.service, serving.metrics, server, liveness=serving.is_live
+            )
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """SIGQUIT (the master sends it on SIGINT): drain like SIGTERM.
@@ -98,8 +105,11 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         try:
             # uvicorn-worker's _serve, with a server that empties its accept queue first.
             self.config.app = self.wsgi
-            server = _DrainingServer(self.config, self.sockets)
+            grace_s = max(1.0, self.cfg.graceful_timeout - 2.0)  # then the worker's exit hooks
+            server = _DrainingServer(self.config, self.sockets, self.grpc, grace_s)
             self._install_sigquit_handler()
+            if self.grpc is not None:
+                await self.grpc.start()
             await server.serve(sockets=self.sockets)
             if not server.started:
                 sys.exit(Arbiter.WORKER_BOOT_ERROR)
@@ -126,12 +136,23 @@ class _DrainingServer(Server):
     connections like its others: read for :data:`SHUTDOWN_GRACE_S`, answered, closed.
     """
 
-    def __init__(self, config: Config, listeners: Sequence[Any]) -> None:
+    def __init__(
+        self, config: Config, listeners: Sequence[Any], grpc: Any = None, grace_s: float = 25.0
+    ) -> None:
         super().__init__(config=config)
         self._listeners = listeners
+        self._grpc = grpc
+        self._grace_s = grace_s
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        """Accept what is queued, stop listening, then uvicorn's graceful shutdown."""
+        """Accept what is queued, stop listening, then uvicorn's graceful shutdown (and the
+        gRPC server's, at the same time: its calls in flight are answered, then GOAWAY)."""
+        if self._grpc is not None:
+            await asyncio.gather(self._grpc.stop(self._grace_s), self._shutdown_http(sockets))
+        else:
+            await self._shutdown_http(sockets)
+
+    async def _shutdown_http(self, sockets: list[socket.socket] | None) -> None:
         queued = _accept_queued(self._listeners)
         for server in self.servers:
             server.close()

@@ -74,6 +74,11 @@ def serve(
         raise ServinglibError(
             f"port {server.port} is taken by another process; pass --port N or set SERVINGLIB_PORT"
         )
+    if server.grpc_port and not port_is_free(server.host, server.grpc_port):
+        raise ServinglibError(
+            f"gRPC port {server.grpc_port} (server.grpc_port) is taken by another process; "
+            "set server.grpc_port or SERVINGLIB_GRPC_PORT to a free port"
+        )
     prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
     prepare_rollout_dir(config)
     # Workers read the config again: hand them the same overrides.

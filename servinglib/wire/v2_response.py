@@ -18,7 +18,7 @@ from servinglib.wire import jsonbytes
 from servinglib.wire.datatypes import datatype_of, wire_dtype
 from servinglib.wire.v2 import RequestedOutput
 
-__all__ = ["encode_response"]
+__all__ = ["encode_response", "tensor_bytes"]
 
 
 def _as_bytes(value: Any) -> bytes:
@@ -59,7 +59,7 @@ def encode_response(
         datatype = datatype_of(array)
         tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         if binary:
-            raw = _tensor_bytes(array, datatype)
+            raw = tensor_bytes(array, datatype)
             tensor["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
@@ -80,7 +80,8 @@ def encode_response(
     return b"".join((header, *chunks)), len(header)
 
 
-def _tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+def tensor_bytes(array: np.ndarray, datatype: str) -> bytes:
+    """``array`` in the binary form of ``datatype`` (also gRPC's ``raw_output_contents``)."""
     if datatype == "BYTES":
         parts = []
         for value in array.reshape(-1):

@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from servinglib.testing import import_file
-from tests.conftest import REPO_ROOT, LiveServer, launch, stop
+from tests.conftest import REPO_ROOT, stop
 from tests.integration._tools import perf_analyzer
+from tests.integration._tools_grpc import GrpcServer, launch_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -67,8 +68,9 @@ def _minilm(root: Path, entry: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """Every example model, without the example's shadows, canary and prediction log."""
+def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcServer]:
+    """Every example model, without the example's shadows, canary and prediction log (HTTP
+    and gRPC)."""
     config = yaml.safe_load((EXAMPLES / "servinglib.yaml").read_text())
     names = ("breast-cancer", "breast-cancer-ensemble", "digits")
     names += ("minilm",) if HAS_MINILM else ()
@@ -84,27 +86,27 @@ def examples_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSe
     path = root / "servinglib.yaml"
     served = {"service": "examples", "python_path": config["python_path"], "models": models}
     path.write_text(yaml.safe_dump(served, sort_keys=False))
-    server = launch(path, root, "--workers", "1")
+    server = launch_grpc(path, root, "--workers", "1")
     yield server
-    stop(server.process)
+    stop(server.live.process)
 
 
 TEXT_CLASSIFICATION = EXAMPLES / "text-classification"
 
 
 @pytest.fixture(scope="module")
-def pipeline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def pipeline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcServer]:
     """The text-classification example as it ships: its pipeline and the three steps."""
     if not HAS_MINILM:
         pytest.skip("the text-classification example needs torch, transformers and tokenizers")
     prepare = import_file(TEXT_CLASSIFICATION / "prepare.py")
     if not prepare.up_to_date():
         prepare.prepare(quick=True)
-    server = launch(
+    server = launch_grpc(
         TEXT_CLASSIFICATION / "servinglib.yaml", tmp_path_factory.mktemp("text"), "--workers", "1"
     )
     yield server
-    stop(server.process)
+    stop(server.live.process)
 
 
 # perf_analyzer's random floats fall outside the numeric models' declared input bounds
@@ -122,17 +124,18 @@ NUMERIC_DATA = {
 }
 
 
-def _perf(server: LiveServer, model: str, *extra: str) -> str:
+def _perf(server: GrpcServer, model: str, *extra: str, protocol: str = "http") -> str:
     command, env = perf_analyzer()
+    address = server.grpc_address if protocol == "grpc" else server.url.removeprefix("http://")
     result = subprocess.run(
         [
             *command,
             "-m",
             model,
             "-u",
-            server.url.removeprefix("http://"),
+            address,
             "-i",
-            "http",
+            protocol,
             *QUICK,
             *NUMERIC_DATA.get(model, ()),
             *extra,
@@ -152,35 +155,39 @@ def _needs(model: str) -> None:
         pytest.skip("the MiniLM example needs torch, transformers and tokenizers to export")
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", ["digits", "minilm"])
 def test_batched_models_with_b4_and_a_concurrency_sweep(
-    examples_server: LiveServer, model: str
+    examples_server: GrpcServer, model: str, protocol: str
 ) -> None:
     _needs(model)
-    out = _perf(examples_server, model, "-b", "4", "--concurrency-range", "1:8:2")
+    sweep = ("-b", "4", "--concurrency-range", "1:8:2")
+    out = _perf(examples_server, model, *sweep, protocol=protocol)
     for concurrency in (1, 3, 5, 7):
         assert f"Concurrency: {concurrency}, throughput:" in out, out
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", ["breast-cancer", "breast-cancer-ensemble", "digits", "minilm"])
 def test_every_example_model_under_a_concurrency_sweep(
-    examples_server: LiveServer, model: str
+    examples_server: GrpcServer, model: str, protocol: str
 ) -> None:
     _needs(model)
-    out = _perf(examples_server, model, "--concurrency-range", "1:4:3")
+    out = _perf(examples_server, model, "--concurrency-range", "1:4:3", protocol=protocol)
     assert "Concurrency: 4, throughput:" in out, out
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", ["ticket-router", "tokenize", "classify"])
 def test_the_pipeline_and_its_steps_under_a_concurrency_sweep(
-    pipeline_server: LiveServer, model: str
+    pipeline_server: GrpcServer, model: str, protocol: str
 ) -> None:
-    out = _perf(pipeline_server, model, "--concurrency-range", "1:4:3")
+    out = _perf(pipeline_server, model, "--concurrency-range", "1:4:3", protocol=protocol)
     assert "Concurrency: 4, throughput:" in out, out
 
 
 def test_the_batched_embed_step_takes_token_ids_alone(
-    pipeline_server: LiveServer, tmp_path: Path
+    pipeline_server: GrpcServer, tmp_path: Path
 ) -> None:
     """Token ids from the example's tokenizer (random INT64s are not in the vocabulary); the
     server computes the mask, and one text per request is all the config allows."""

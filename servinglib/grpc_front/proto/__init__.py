@@ -1,0 +1,1 @@
+"""Stubs generated from ``inference.proto`` (see the command at its top); not edited by hand."""

@@ -11,10 +11,13 @@ import jsonschema
 
 from servinglib.config.spec import ModelConfig, ServiceConfig, load_config
 from servinglib.errors import ServinglibError
+from servinglib.lifecycle.artifacts import find_pickles
 from servinglib.lifecycle.importing import import_model_class
 from servinglib.lifecycle.registry import discover_versions
 from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
 from servinglib.model import Model, SelfTestCase
+from servinglib.runtimes.tabular import ARTIFACTS as TABULAR_ARTIFACTS
+from servinglib.runtimes.tabular import artifact_refusal
 from servinglib.shadow.router import make_comparator
 
 __all__ = ["validate_service"]
@@ -68,6 +71,7 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
             problems.append(f"{where}.versions: {version!r} has no directory {path}")
             continue
         problems += _profile_problems(path)
+        problems += [f"{where}: version {version!r}: {p}" for p in _refused_artifacts(model, path)]
         try:
             cases = load_test_data(path)
         except ServinglibError as e:
@@ -83,6 +87,35 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
                 "set require_self_tests: false"
             )
         problems += _cases_outside_schema(model.input_schema, cases, path / TEST_DATA_FILE)
+    return problems
+
+
+def _refused_artifacts(model: ModelConfig, version_dir: Path) -> list[str]:
+    """What the server would refuse to load: pickles without ``allow_pickle``, and an
+    artifact its standard runtime refuses (a missing file, an untrusted skops type)."""
+    problems = []
+    loaded = None
+    runtime = model.runtime or ""
+    if runtime in TABULAR_ARTIFACTS:
+        refusal = artifact_refusal(
+            runtime,
+            version_dir,
+            version_dir.name,
+            model.runtime_options,
+            allow_pickle=model.allow_pickle,
+            pinned=model.sha256,
+        )
+        if refusal is not None:
+            problems.append(refusal)
+        loaded = [version_dir / name for name in TABULAR_ARTIFACTS[runtime]]
+    if not model.allow_pickle:
+        pickles = [p for p in find_pickles(version_dir) if loaded is None or p not in loaded]
+        if pickles:
+            names = ", ".join(str(p.relative_to(version_dir)) for p in pickles)
+            problems.append(
+                f"{names} is pickle data, which the server refuses to load (it runs code); "
+                "convert it to a safe format or set allow_pickle: true for this model"
+            )
     return problems
 
 

@@ -12,12 +12,14 @@ categorical (BYTES) features.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from servinglib.errors import InvalidInputError, ModelLoadError
+from servinglib.model import TensorSpec
 from servinglib.runtimes.tabular._artifacts import (
     artifact_refusal,
     find_artifact,
@@ -62,9 +64,12 @@ class SklearnModel(TabularModel):
         names = getattr(self.estimator, "feature_names_in_", None)
         count = getattr(self.estimator, "n_features_in_", None)
         if count is None:
+            count = _declared_count(self.settings.inputs)
+        if count is None:
             raise ModelLoadError(
-                f"{artifact}: the {type(self.estimator).__name__} has no n_features_in_; "
-                "is it fitted?"
+                f"{artifact}: the {type(self.estimator).__name__} does not say how many "
+                "features it takes (no n_features_in_: a custom first step that does not "
+                f"set it?); declare them under inputs: of model {self.settings.name!r}"
             )
         proba = callable(getattr(self.estimator, "predict_proba", None))
         classes = getattr(self.estimator, "classes_", None) if proba else None
@@ -76,7 +81,8 @@ class SklearnModel(TabularModel):
             classes=list(classes) if classes is not None else None,
             predict_datatype=datatype_of(np.asarray(classes)) if classes is not None else "FP64",
         )
-        self._frame = _frame_maker(self) if names is not None else None
+        named = names is not None or self.layout.tensor is None  # fitted or declared names
+        self._frame = _frame_maker(self) if named else None
 
     def _set_jobs(self) -> None:
         """One thread per call unless ``intra_op_threads`` says more: batches and workers
@@ -106,6 +112,13 @@ class SklearnModel(TabularModel):
         if PREDICT_PROBA in outputs:
             results[PREDICT_PROBA] = np.asarray(self.estimator.predict_proba(rows))
         return results
+
+
+def _declared_count(inputs: Sequence[TensorSpec]) -> int | None:
+    """The number of features ``inputs:`` declares (a matrix's width, or one per column)."""
+    if len(inputs) == 1 and len(inputs[0].shape) == 2 and inputs[0].shape[1] > 0:
+        return inputs[0].shape[1]
+    return len(inputs) if inputs and all(len(spec.shape) == 1 for spec in inputs) else None
 
 
 def _load_estimator(artifact: Path) -> Any:

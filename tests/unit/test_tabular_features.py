@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -105,3 +106,29 @@ def test_the_input_schema_takes_every_form_and_names_bad_features() -> None:
         assert not list(validator.iter_errors(good))
     for bad in ({"a": 1.0}, {"a": "1", "color": "red"}, [1.0], {"rows": []}, {"a": 1, "color": 2}):
         assert list(validator.iter_errors(bad))
+
+
+def test_forests_load_without_listing_sklearns_own_tree_class(tmp_path: Path) -> None:
+    import skops.io
+    from sklearn.datasets import load_iris
+    from sklearn.ensemble import RandomForestClassifier
+
+    from servinglib.model import ModelSettings
+    from servinglib.runtimes.tabular.sklearn import SklearnModel
+
+    iris = load_iris(as_frame=True)
+    labels = np.asarray(iris.target_names)[iris.target]
+    forest = RandomForestClassifier(n_estimators=5, n_jobs=4, random_state=0)
+    forest.fit(iris.data, labels)
+    assert skops.io.get_untrusted_types(data=skops.io.dumps(forest)) == ["sklearn.tree._tree.Tree"]
+    skops.io.dump(forest, tmp_path / "model.skops")
+    served = SklearnModel()
+    served.configure(ModelSettings("iris", "1"))
+    served.load(tmp_path)
+    assert served.estimator.n_jobs == 1  # batches and workers use the cores, not joblib
+    answer = served.predict(iris.data.iloc[0].to_dict())
+    assert answer["predict"] == forest.predict(iris.data.iloc[[0]])[0] == "setosa"
+    assert set(answer["predict_proba"]) == {"setosa", "versicolor", "virginica"}
+    tensors = served.predict({"input": iris.data.to_numpy()[:3]})
+    assert tensors["predict"].tolist() == forest.predict(iris.data.iloc[:3]).tolist()
+    assert [spec.datatype for spec in served.outputs] == ["BYTES", "FP64"]

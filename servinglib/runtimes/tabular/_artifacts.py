@@ -3,9 +3,10 @@
 The runtimes and ``servinglib validate`` share these checks, so validate reports every
 artifact the server would refuse, without loading a model:
 
-- ``sklearn``: ``model.skops`` (no pickle; every type outside skops' trusted defaults must be
-  listed in ``runtime_options.trusted_types``), or ``model.joblib`` / ``model.pkl`` /
-  ``model.pickle`` only with ``allow_pickle: true`` and the file's ``sha256`` pin;
+- ``sklearn``: ``model.skops`` (no pickle; every type outside skops' trusted defaults and
+  :data:`SKLEARN_TRUSTED` must be listed in ``runtime_options.trusted_types``), or
+  ``model.joblib`` / ``model.pkl`` / ``model.pickle`` only with ``allow_pickle: true`` and
+  the file's ``sha256`` pin;
 - ``xgboost``: ``model.json`` or ``model.ubj`` (XGBoost's own formats);
 - ``lightgbm``: ``model.txt`` (LightGBM's text format).
 """
@@ -18,9 +19,35 @@ from typing import Any
 
 from servinglib.errors import ModelLoadError
 
-__all__ = ["ARTIFACTS", "PICKLED", "artifact_refusal", "find_artifact", "untrusted_types"]
+__all__ = [
+    "ARTIFACTS",
+    "PICKLED",
+    "SKLEARN_TRUSTED",
+    "artifact_refusal",
+    "find_artifact",
+    "untrusted_types",
+]
 
 PICKLED = ("model.joblib", "model.pkl", "model.pickle")
+
+# scikit-learn's own classes that hold a fitted model's arrays, which skops (0.16) leaves out
+# of its defaults: trees of every forest and boosting model, neighbour search trees and their
+# metric, the MLP's optimiser. Classes only, no function: a function named in a file (e.g. a
+# FunctionTransformer's) must still be listed in trusted_types.
+SKLEARN_TRUSTED = frozenset(
+    {
+        "sklearn.tree._tree.Tree",
+        "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+        "sklearn.neighbors._kd_tree.KDTree",
+        "sklearn.neighbors._ball_tree.BallTree",
+        "sklearn.metrics._dist_metrics.EuclideanDistance64",
+        "sklearn.metrics._dist_metrics.ManhattanDistance64",
+        "sklearn.metrics._dist_metrics.MinkowskiDistance64",
+        "sklearn.metrics._dist_metrics.ChebyshevDistance64",
+        "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+        "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
+    }
+)
 ARTIFACTS: Mapping[str, tuple[str, ...]] = {
     "sklearn": ("model.skops", *PICKLED),
     "xgboost": ("model.json", "model.ubj"),
@@ -113,7 +140,7 @@ def artifact_refusal(
         found = untrusted_types(artifact)
     except ModelLoadError as e:
         return str(e)
-    refused = sorted(set(found) - set(options.get("trusted_types") or ()))
+    refused = sorted(set(found) - set(options.get("trusted_types") or ()) - SKLEARN_TRUSTED)
     if refused:
         return (
             f"{artifact} holds types skops does not trust by default: {refused}; review "

@@ -1,12 +1,13 @@
 """``runtime: sklearn``: serve a fitted scikit-learn estimator or ``Pipeline``, no user code.
 
 ``<version>/model.skops`` is loaded with skops, which rebuilds the estimator without
-running pickle: every type outside skops' trusted defaults (scikit-learn, NumPy, SciPy)
-must be listed in ``runtime_options.trusted_types``, or the version is refused with their
-names. ``model.joblib`` / ``model.pkl`` load only with ``allow_pickle: true`` and the file's
-``sha256`` pin. Feature names come from ``feature_names_in_`` (a model fitted on a pandas
-DataFrame gets one again, so column transformers select by name); ``inputs:`` declares
-categorical (BYTES) features.
+running pickle: every type outside skops' trusted defaults (scikit-learn estimators, NumPy,
+SciPy) and scikit-learn's own model classes skops leaves out (trees, neighbour search trees:
+``SKLEARN_TRUSTED``) must be listed in ``runtime_options.trusted_types``, or the version is
+refused with their names. ``model.joblib`` / ``model.pkl`` load only with
+``allow_pickle: true`` and the file's ``sha256`` pin. Feature names come from
+``feature_names_in_`` (a model fitted on a pandas DataFrame gets one again, so column
+transformers select by name); ``inputs:`` declares categorical (BYTES) features.
 """
 
 from __future__ import annotations
@@ -124,9 +125,15 @@ def _declared_count(inputs: Sequence[TensorSpec]) -> int | None:
 def _load_estimator(artifact: Path) -> Any:
     if artifact.suffix == ".skops":
         skops_io = import_skops()
-        trusted = untrusted_types(artifact)  # each one listed in trusted_types (checked)
+        # each one is in trusted_types or SKLEARN_TRUSTED (artifact_refusal checked it)
+        trusted = untrusted_types(artifact)
         if trusted:
-            log.info("loading %s trusting %s (runtime_options.trusted_types)", artifact, trusted)
+            log.info(
+                "loading %s trusting %s beyond skops' defaults (scikit-learn's own model "
+                "classes, and runtime_options.trusted_types)",
+                artifact,
+                trusted,
+            )
         try:
             return skops_io.load(artifact, trusted=trusted or None)
         except Exception as e:  # skops raises several types on a damaged archive

@@ -149,6 +149,7 @@ def launch(
     *extra: str,
     env: dict[str, str] | None = None,
     command: list[str] | None = None,
+    ready_timeout_s: float = 60,
 ) -> LiveServer:
     """Start ``servinglib serve`` (or ``command``) on a free loopback port; return once
     /readyz answers 200 and every worker has loaded its models."""
@@ -175,8 +176,8 @@ def launch(
         )
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_ready(server.url, process, log_path)
-        wait_all_workers(server)
+        wait_ready(server.url, process, log_path, ready_timeout_s)
+        wait_all_workers(server, max(120, ready_timeout_s))
     except BaseException:
         stop(process)
         raise

@@ -16,6 +16,8 @@ from servinglib.lifecycle.importing import import_model_class
 from servinglib.lifecycle.registry import discover_versions
 from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
 from servinglib.model import Model, SelfTestCase
+from servinglib.runtimes.tabular import ARTIFACTS as TABULAR_ARTIFACTS
+from servinglib.runtimes.tabular import artifact_refusal
 from servinglib.shadow.router import make_comparator
 
 __all__ = ["validate_service"]
@@ -89,7 +91,8 @@ def _check_model(config: ServiceConfig, model: ModelConfig) -> list[str]:
 
 
 def _artifact_problems(model: ModelConfig, version: str, path: Path, where: str) -> list[str]:
-    """What the loader would refuse in a version's files: a broken sha256 pin, pickle data."""
+    """What the loader would refuse in a version's files: a broken sha256 pin, pickle data,
+    an artifact its standard runtime refuses (a missing file, an untrusted skops type)."""
     problems = []
     prefix = f"{version}/"
     pins = {k.removeprefix(prefix): v for k, v in model.sha256.items() if k.startswith(prefix)}
@@ -97,7 +100,21 @@ def _artifact_problems(model: ModelConfig, version: str, path: Path, where: str)
         verify_sha256(path, pins)
     except ServinglibError as e:
         problems.append(f"{where}: version {version!r}: {e}")
-    pickles = [] if model.allow_pickle else find_pickles(path)
+    loaded: list[Path] = []
+    runtime = model.runtime or ""
+    if runtime in TABULAR_ARTIFACTS:
+        refusal = artifact_refusal(
+            runtime,
+            path,
+            path.name,
+            model.runtime_options,
+            allow_pickle=model.allow_pickle,
+            pinned=model.sha256,
+        )
+        if refusal is not None:
+            problems.append(f"{where}: version {version!r}: {refusal}")
+        loaded = [path / name for name in TABULAR_ARTIFACTS[runtime]]  # judged just above
+    pickles = [] if model.allow_pickle else [p for p in find_pickles(path) if p not in loaded]
     if pickles:
         names = ", ".join(str(p.relative_to(path)) for p in pickles)
         problems.append(

@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     init.add_argument("directory", nargs="?", type=Path, default=Path(), help="default: here")
     init.add_argument("--force", action="store_true", help="replace files that exist")
+    init.add_argument(
+        "--runtime",
+        choices=["sklearn", "xgboost", "lightgbm"],
+        help="instead: a tabular model served with no model code (writes train.py and "
+        "servinglib.yaml, then trains version 1 on data bundled with scikit-learn)",
+    )
 
     doctor = _add_command(
         commands,
@@ -208,7 +214,7 @@ def _quiet_stdout() -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "init":
-            return _init(args.directory, force=args.force)
+            return _init(args.directory, force=args.force, runtime=args.runtime)
         if args.command == "doctor":
             return _doctor(Path(args.config))
         if args.command == "serve":
@@ -338,7 +344,9 @@ def _selftest(config_path: str, junit: Path | None) -> int:
     return EXIT_OK if run.passed else EXIT_FAILED
 
 
-def _init(directory: Path, *, force: bool) -> int:
+def _init(directory: Path, *, force: bool, runtime: str | None = None) -> int:
+    if runtime is not None:
+        return _init_tabular(directory, runtime, force=force)
     from servinglib.cli.starter import write_starter
 
     written = write_starter(directory, force=force)
@@ -348,6 +356,20 @@ def _init(directory: Path, *, force: bool) -> int:
         "next: servinglib validate && servinglib selftest && servinglib serve --port 8080\n"
         "then: curl -s -X POST http://127.0.0.1:8080/infer -H 'content-type: application/json' "
         """-d '{"model_id": "eta", "features": {"distance_km": 2.0}}'"""
+    )
+    return EXIT_OK
+
+
+def _init_tabular(directory: Path, runtime: str, *, force: bool) -> int:
+    from servinglib.runtimes.tabular.starter import TABULAR_STARTERS, write_tabular_starter
+
+    written = write_tabular_starter(directory, runtime, force=force)
+    for path in written:
+        print(f"wrote {path}")
+    print(
+        "next: servinglib validate && servinglib selftest && servinglib serve --port 8080\n"
+        "then: curl -s -X POST http://127.0.0.1:8080/infer -H 'content-type: application/json' "
+        f"-d @request.json   (model {TABULAR_STARTERS[runtime][0]!r})"
     )
     return EXIT_OK
 

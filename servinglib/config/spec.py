@@ -245,7 +245,13 @@ RUNTIME_CLASSES = {
     "onnx": "servinglib.runtimes.onnx:OnnxModel",
     "torch": "servinglib.runtimes.torch:TorchModel",
     "precomputed": "servinglib.runtimes.precomputed:PrecomputedModel",
+    "sklearn": "servinglib.runtimes.tabular.sklearn:SklearnModel",
+    "xgboost": "servinglib.runtimes.tabular.xgboost:XGBoostModel",
+    "lightgbm": "servinglib.runtimes.tabular.lightgbm:LightGBMModel",
 }
+
+# Runtimes that batch when `batching:` is absent: one call for a whole batch of rows.
+BATCHED_RUNTIMES = frozenset({"sklearn", "xgboost", "lightgbm"})
 
 
 COMPOSED_CLASS = "servinglib.compose.model:ComposedModel"
@@ -379,6 +385,12 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 **entry.get("runtime_options", {}),
                 **({"fallback_model": fallback} if fallback is not None else {}),
             }
+        if runtime == "sklearn":  # a pickled estimator loads only when allowed and pinned
+            given["runtime_options"] = {
+                **entry.get("runtime_options", {}),
+                "allow_pickle": bool(entry.get("allow_pickle")),
+                "sha256_pinned": sorted(entry.get("sha256", {})),
+            }
         routing = entry.get("routing_key", {})
         if "header" in routing:
             given["routing_header"] = routing["header"].lower()
@@ -395,7 +407,9 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 default_version=default,
                 versions=versions,
                 shadows=tuple(_shadow(s) for s in entry.get("shadow", [])),
-                batching=_batch_policy(entry.get("batching"), label, where),
+                batching=_batch_policy(
+                    entry.get("batching", {} if runtime in BATCHED_RUNTIMES else None), label, where
+                ),
                 composition=composition,
                 key_path=where,
                 **given,

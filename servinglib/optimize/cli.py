@@ -9,15 +9,20 @@ Sub-commands, each usable alone::
 
 ``run`` does it all (graph optimization, quantization or the accuracy-aware search,
 measurement, report, budgets) and exits 1 when a budget is exceeded or no candidate fits,
-2 when the input is wrong. Nothing heavy is imported until a command runs.
+2 when the input is wrong (an ``error:`` line). SIGTERM and Ctrl-C stop a command cleanly:
+temporary and staging directories are removed on the way out, and the exit code is 143 or
+130 with one line, no traceback. Nothing heavy is imported until a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from servinglib.errors import ServinglibError
@@ -25,6 +30,29 @@ from servinglib.errors import ServinglibError
 __all__ = ["add_parser", "main", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is so that every with-block cleans up."""
+
+
+@contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """Turn SIGTERM into :class:`_Terminated` while a command runs (main thread only)."""
+
+    def raise_terminated(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -55,13 +83,23 @@ def _non_negative(text: str) -> float:
 
 
 def _metric(text: str) -> str:
-    from servinglib.optimize.accuracy import METRICS
+    from servinglib.optimize.errors import OptimizeError
+    from servinglib.optimize.judging import parse_metric_spec
 
-    if text in METRICS or ":" in text:
-        return text
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not one of {', '.join(METRICS)} nor module:function"
-    )
+    try:
+        parse_metric_spec(text)
+    except OptimizeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _loss_limit(text: str) -> tuple[str | None, float]:
+    """``0.01`` (every output) or ``amount=0.05`` (one output)."""
+    name, sep, value = text.rpartition("=")
+    limit = _non_negative(value)
+    if sep and not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no output; write NAME=LIMIT")
+    return (name.strip() if sep else None), limit
 
 
 def _add_quantize_options(parser: argparse.ArgumentParser, *, auto: bool) -> None:
@@ -183,9 +221,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--metric",
         type=_metric,
         default="auto",
-        help="how INT8 is compared with FP32: auto (from the output: top1 for class scores, "
-        "relative-error for regression, cosine for embeddings), accuracy, top1, cosine, "
-        "relative-error, max-abs-error, or module:function returning a loss "
+        help="how INT8 is compared with FP32, per output: auto (top1 for class scores, "
+        "relative-error for regression, cosine for embeddings, exact for integers), "
+        "accuracy, top1, cosine, relative-error, max-abs-error, exact, module:function "
+        "returning a loss (given every output), or NAME=METRIC pairs, comma-separated "
         "(default: %(default)s)",
     )
     run_parser.add_argument(
@@ -194,7 +233,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="ground-truth labels of the validation samples (.npy, .npz with `labels`, or "
         "one per line): task accuracy is reported next to agreement with FP32",
     )
-    run_parser.add_argument("--output", help="graph output judged (default: the first)")
+    run_parser.add_argument(
+        "--output", help="graph outputs judged, comma-separated (default: every output)"
+    )
     _add_quantize_options(run_parser, auto=True)
     run_parser.add_argument(
         "--graph-level",
@@ -209,9 +250,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--max-accuracy-loss",
-        type=_non_negative,
-        help="budget: loss of the metric vs FP32, a fraction (0.003 = 0.3 points); "
-        "auto defaults to 0.01",
+        type=_loss_limit,
+        action="append",
+        default=[],
+        metavar="[NAME=]LOSS",
+        help="budget: loss of each output's metric vs FP32, a fraction (0.003 = 0.3 "
+        "points); NAME=LOSS for one output (repeatable); auto defaults to 0.01",
     )
     run_parser.add_argument("--config", type=Path, help="read optimize_budgets from this file")
     run_parser.add_argument(
@@ -264,17 +308,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed ``optimize`` command; returns the exit code."""
     try:
-        command = args.optimize_command
-        if command == "export":
-            return _export(args)
-        if command == "graph":
-            return _graph(args)
-        if command == "quantize":
-            return _quantize(args)
-        return _run(args)
+        with _terminate_cleanly():
+            command = args.optimize_command
+            if command == "export":
+                return _export(args)
+            if command == "graph":
+                return _graph(args)
+            if command == "quantize":
+                return _quantize(args)
+            return _run(args)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: temporary files removed, --out left as it was", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _Terminated:
+        print("terminated: temporary files removed, --out left as it was", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 def _quantize_options(args: argparse.Namespace) -> Any:
@@ -326,6 +377,10 @@ def _export(args: argparse.Namespace) -> int:
     for shapes in result.checked_shapes:
         print(f"  {shapes}")
     print(f"max |ONNX Runtime - PyTorch| = {result.max_abs_error:.3g}")
+    if result.ignored_warnings:
+        print("ignored warnings raised inside PyTorch itself (not in your code):")
+        for warning in result.ignored_warnings:
+            print(f"  {warning}")
     return EXIT_OK
 
 
@@ -373,11 +428,18 @@ def _run(args: argparse.Namespace) -> int:
                 "must be batch-invariant (--require-batch-invariance)",
                 file=sys.stderr,
             )
+    plain = [limit for name, limit in args.max_accuracy_loss if name is None]
+    if len(plain) > 1:
+        raise OptimizeError(
+            f"--max-accuracy-loss given {len(plain)} limits for every output; give one, and "
+            "NAME=LOSS for the outputs that differ"
+        )
     budgets = budgets.override(
         Budgets(
             max_size_mb=args.max_size_mb,
             max_latency_ms=args.max_latency_ms,
-            max_accuracy_loss=args.max_accuracy_loss,
+            max_accuracy_loss=plain[0] if plain else None,
+            output_losses=tuple((n, v) for n, v in args.max_accuracy_loss if n is not None),
         )
     )
     destination = args.out or args.source.with_name(args.source.stem + ".int8.onnx")
@@ -412,13 +474,32 @@ def _run(args: argparse.Namespace) -> int:
     document = outcome.report.to_dict()
     if outcome.model is not None:
         change, accuracy = document["change"], document["accuracy"]
+        losses = ", ".join(
+            (f"{o['output']} " if len(accuracy["outputs"]) > 1 else "")
+            + f"{o['metric']} loss {o['loss']:.4g}"
+            for o in accuracy["outputs"]
+        )
         print(
             f"wrote {outcome.model} ({document['chosen']}): "
-            f"size {-change['size_reduction_pct']:+.1f} %, "
-            f"speed-up p50 {change['p50_speedup']:.2f}x, p95 {change['p95_speedup']:.2f}x, "
-            f"{accuracy['metric']} loss {accuracy['loss']:.4g}"
+            f"size {-change['size_reduction_pct']:+.1f} %, {losses}"
         )
-    print(f"metric {document['accuracy']['metric']}: {document['accuracy']['why']}")
+        for claim in outcome.report.claims():
+            print(f"speed: {claim.describe()}")
+    for output in document["accuracy"]["outputs"]:
+        print(f"metric {output['metric']} on {output['output']}: {output['why']}")
+    quantization = document["quantization"]
+    if quantization is not None:
+        floats = ", ".join(f"{op} ({n})" for op, n in quantization["float_op_types"].items())
+        print(
+            f"quantized: {quantization['weights_int8_share']:.0%} of weights INT8"
+            + (f"; left float: {floats}" if floats else "")
+        )
+    tolerance = document["selftest_tolerance"]
+    if tolerance is not None:
+        print(
+            f"self-test: test_data.json cases with FP32 expectations need "
+            f'"tolerance": {{"atol": {tolerance["atol"]:g}}}'
+        )
     if document["chosen"]:
         print(f"chosen {document['chosen']}: {document['choice_reason']}")
     for warning in document["warnings"]:

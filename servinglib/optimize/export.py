@@ -7,8 +7,13 @@ so the graph is then *verified*: run by ONNX Runtime on the sample, on a batch o
 with each dynamic non-batch axis one shorter, and on float inputs of other signs and ranges
 (negated, times 10, times 0.1, random of the sample's spread), every output compared with PyTorch on
 the same inputs. A branch on a tensor's value (``if x.sum() > 0:``) is fixed at trace time;
-the exporter warns about it (``TracerWarning``) and such a warning fails the export unless
-``allow_trace_warnings``. The file appears at ``path`` only once verified.
+the exporter warns about it (``TracerWarning``) and such a warning, raised from the user's
+code, fails the export unless ``allow_trace_warnings``. TracerWarnings raised inside PyTorch
+itself (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention`` check their own shapes) say
+nothing about the user's module: they are ignored and listed in the result. PyTorch's fused
+inference fast paths (``nn.TransformerEncoder``'s nested tensors, the fused attention of
+``nn.MultiheadAttention``) have no ONNX export; they are switched off during the export and
+its verification. The file appears at ``path`` only once verified.
 
 Example::
 
@@ -23,7 +28,8 @@ Example::
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,7 @@ class ExportResult:
     max_abs_error: float
     checked_shapes: tuple[str, ...]
     trace_warnings: tuple[str, ...] = ()
+    ignored_warnings: tuple[str, ...] = ()  # TracerWarnings raised inside PyTorch itself
 
 
 def load_module(reference: str, *, weights: Path | None = None, root: Path | None = None) -> Any:
@@ -139,7 +146,7 @@ def export_module(
     name = type(module).__name__
     _check_outputs(module, sample, list(output_names))
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values())
-    with StagedOutput(path) as staged:
+    with StagedOutput(path) as staged, _no_fast_paths(torch):
         try:
             with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -158,7 +165,7 @@ def export_module(
             raise OptimizeError(
                 f"torch.onnx.export of {name} failed: {type(e).__name__}: {first_line(e)}"
             ) from e
-        traced = _trace_warnings(torch, caught)
+        traced, ignored = _trace_warnings(torch, caught)
         if traced and not allow_trace_warnings:
             raise ExportVerificationError(
                 f"exporting {name}: the trace fixed values that may differ on other inputs:\n"
@@ -182,19 +189,48 @@ def export_module(
         max_abs_error=worst,
         checked_shapes=tuple(shapes),
         trace_warnings=tuple(traced),
+        ignored_warnings=tuple(ignored),
     )
 
 
-def _trace_warnings(torch: Any, caught: Sequence[warnings.WarningMessage]) -> list[str]:
-    """The exporter's TracerWarnings, each with the user's line it points at."""
-    found = []
+@contextmanager
+def _no_fast_paths(torch: Any) -> Iterator[None]:
+    """PyTorch's fused inference paths off (they cannot be exported), restored afterwards."""
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "set_fastpath_enabled"):
+        yield
+        return
+    before = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(before)
+
+
+def _inside(package: Any, filename: str) -> bool:
+    """True when ``filename`` is a file of the installed ``package`` (e.g. torch)."""
+    root = Path(package.__file__).resolve().parent
+    try:
+        return Path(filename).resolve().is_relative_to(root)
+    except OSError:
+        return False
+
+
+def _trace_warnings(
+    torch: Any, caught: Sequence[warnings.WarningMessage]
+) -> tuple[list[str], list[str]]:
+    """The TracerWarnings of the user's code, and those PyTorch raised in its own files."""
+    found: list[str] = []
+    ignored: list[str] = []
     for item in caught:
         if issubclass(item.category, torch.jit.TracerWarning):
             text = str(item.message).strip().splitlines()[0]
-            found.append(f"{Path(item.filename).name}:{item.lineno}: {text}")
+            line = f"{Path(item.filename).name}:{item.lineno}: {text}"
+            (ignored if _inside(torch, item.filename) else found).append(line)
         else:  # not ours to judge: pass it on as it came
             warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(found)), list(dict.fromkeys(ignored))
 
 
 def _check_outputs(module: Any, sample: Mapping[str, np.ndarray], output_names: list[str]) -> None:
@@ -294,10 +330,29 @@ def _verify(
     worst = 0.0
     checked = []
     for label, feed in _variants(sample, axes):
-        with torch.no_grad():
-            expected = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in feed.values()))
+        shapes = {n: list(a.shape) for n, a in feed.items()}
+        try:
+            with torch.no_grad():
+                expected = module(
+                    *(torch.from_numpy(np.ascontiguousarray(a)) for a in feed.values())
+                )
+        except Exception as e:
+            raise ExportVerificationError(
+                f"{shown}: PyTorch fails on the {label} input {shapes}: "
+                f"{type(e).__name__}: {first_line(e)}; the exported dynamic axes promise "
+                "such inputs work: drop the axis from --dynamic-axis or fix the module"
+            ) from e
         expected_list = [expected] if isinstance(expected, torch.Tensor) else list(expected)
-        actual = session.run(output_names, feed)
+        try:
+            actual = session.run(output_names, feed)
+        except Exception as e:
+            raise ExportVerificationError(
+                f"{shown}: ONNX Runtime cannot run the exported graph on the {label} input "
+                f"{shapes}: {type(e).__name__}: {first_line(e)}; the trace fixed a shape or "
+                "value that input changes (a Python int from .size() or .item(), a reshape "
+                "to constant sizes): compute it with tensor operations, or export without "
+                "that dynamic axis"
+            ) from e
         for name, want, got in zip(output_names, expected_list, actual, strict=True):
             want_np = want.detach().numpy()
             if want_np.shape != got.shape:
@@ -311,7 +366,7 @@ def _verify(
                 raise ExportVerificationError(
                     f"{shown}: output {name!r} differs from PyTorch by up to {error.max():.3g} "
                     f"(> {atol} + {rtol}·|y|) on the {label} input "
-                    f"{ {n: list(a.shape) for n, a in feed.items()} }; the traced graph does "
+                    f"{shapes}; the traced graph does "
                     "not generalise (data-dependent control flow?): rewrite that branch with "
                     "tensor operations, or export with a sample that takes the general path"
                 )

@@ -194,6 +194,6 @@ def test_the_report_warns_when_rounds_differ_a_lot() -> None:
     )
     search = SearchResult([steady, noisy], steady, [])
     found = _warnings(figures, figures, search, cpu_info("flags: avx512_vnni"), OptimizeSettings())
-    spread = [w for w in found if "latency rounds" in w]
+    spread = [w for w in found if "latency p50 rounds" in w]
     assert len(spread) == 1
-    assert spread[0].startswith("latency rounds of dynamic differ by 65% (more than 25%)")
+    assert spread[0].startswith("latency p50 rounds of dynamic differ by 65% (more than 25%)")

@@ -301,6 +301,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=32,
         help="throughput batch size (default: 32)",
     )
+    run_parser.add_argument(
+        "--min-round-s",
+        type=_non_negative,
+        default=0.2,
+        help="least time each model spends in one throughput round (default: %(default)s)",
+    )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -456,6 +462,7 @@ def _run(args: argparse.Namespace) -> int:
             iterations=args.iterations,
             repeats=args.repeats,
             batch_size=args.batch_size,
+            min_round_s=args.min_round_s,
         ),
         invariance_tolerance=args.invariance_tolerance,
         invariance_batch_size=args.invariance_batch_size,

@@ -166,7 +166,7 @@ def refuse_non_finite_outputs(reference: Outputs, source: str) -> None:
             flat = array.reshape(-1)
             column = int(np.flatnonzero(~np.isfinite(flat))[0])
             raise OptimizeError(
-                f"the FP32 model's output {name!r} is {flat[column]!r} for validation sample "
+                f"the FP32 model's output {name!r} is {float(flat[column])} for validation sample "
                 f"{row} (counting from 0), column {column}: no loss can be measured against "
                 f"it; check that sample's inputs in {source} or the model"
             )

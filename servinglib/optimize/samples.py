@@ -147,7 +147,7 @@ def refuse_non_finite(feeds: Sequence[Feed], path: Path) -> None:
             )
             raise OptimizeError(
                 f"{path}: sample {row} (counting from 0), input {name!r}, {where} is "
-                f"{flat[column]!r}; remove or impute non-finite values (NaN, inf): they make "
+                f"{float(flat[column])}; remove or impute non-finite values (NaN, inf): they make "
                 "every accuracy loss NaN and calibration scales meaningless"
             )
 

@@ -206,7 +206,7 @@ def _no_fast_paths(torch: Any) -> Iterator[None]:
     """
     functional = torch.nn.functional
     packed = getattr(functional, "_in_projection_packed", None)
-    mha = getattr(torch.backends, "mha", None)
+    mha: Any = getattr(torch.backends, "mha", None)
     fast = mha is not None and hasattr(mha, "set_fastpath_enabled")
     before = mha.get_fastpath_enabled() if fast else None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,14 +119,17 @@ def test_a_commit_gives_data_files_the_graphs_mode_and_a_failure_removes_new_par
     tmp_path: Path,
 ) -> None:
     destination = tmp_path / "a" / "b" / "model.onnx"
-    with pytest.raises(RuntimeError), StagedOutput(destination) as staged:
-        staged.path.write_bytes(b"half")
-        raise RuntimeError("the run failed")
+
+    def fail_midway() -> None:
+        with StagedOutput(destination) as staged:
+            staged.path.write_bytes(b"half")
+            raise RuntimeError("the run failed")
+
+    with pytest.raises(RuntimeError):
+        fail_midway()
     assert list(tmp_path.iterdir()) == []
     write_regressor(tmp_path / "src.onnx", external_data=True)
     with StagedOutput(destination) as staged:
-        import shutil
-
         shutil.copy(tmp_path / "src.onnx", staged.path)
         shutil.copy(tmp_path / "src.onnx.data", staged.path.parent / "src.onnx.data")
         os.chmod(staged.path.parent / "src.onnx.data", 0o600)

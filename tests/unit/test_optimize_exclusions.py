@@ -94,3 +94,13 @@ def test_the_fallback_ranks_the_embedding_gather_and_leaves_it_float(tmp_path: P
     base = result.candidates[0].metric
     assert base is not None
     assert result.chosen.metric.loss < base.loss / 5
+
+
+def test_per_token_nodes_are_named(gemm_mlp: Path, tmp_path: Path) -> None:
+    import onnx
+
+    quantize_model(gemm_mlp, tmp_path / "q.onnx", QuantizeOptions(method="dynamic-per-token"))
+    nodes = onnx.load(str(tmp_path / "q.onnx")).graph.node
+    assert all(node.name for node in nodes), [n.op_type for n in nodes if not n.name]
+    names = [n.name for n in nodes if n.op_type == "MatMulIntegerToFloat"]
+    assert names == ["fc1_MatMul_per_token_matmul", "fc2_MatMul_per_token_matmul"]

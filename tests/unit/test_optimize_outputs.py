@@ -233,3 +233,16 @@ def _quick() -> Any:
     from servinglib.optimize.measure import MeasureSettings
 
     return MeasureSettings(warmup=1, iterations=5, repeats=2, batch_size=4, min_round_s=0.0)
+
+
+def test_integer_outputs_are_judged_by_exact_agreement() -> None:
+    from servinglib.optimize.accuracy import evaluate
+    from servinglib.optimize.metric_choice import choose_metric
+
+    digits = [np.array([[3]]), np.array([[7]]), np.array([[1]]), np.array([[0]])]
+    metric, why = choose_metric("auto", digits, labels=None, output="digit")
+    assert metric == "exact"
+    assert "integers" in why
+    moved = [*digits[:3], np.array([[9]])]
+    result = evaluate("exact", reference=digits, candidate=moved)
+    assert (result.value, result.loss, result.detail["disagreements"]) == (0.75, 0.25, 1.0)

@@ -246,3 +246,34 @@ def test_integer_outputs_are_judged_by_exact_agreement() -> None:
     moved = [*digits[:3], np.array([[9]])]
     result = evaluate("exact", reference=digits, candidate=moved)
     assert (result.value, result.loss, result.detail["disagreements"]) == (0.75, 0.25, 1.0)
+
+
+def test_per_output_budgets_in_servinglib_yaml(tmp_path: Path) -> None:
+    from servinglib.config.spec import load_config
+    from servinglib.errors import ConfigError
+    from servinglib.optimize.budgets import budgets_for_model
+
+    (tmp_path / "models" / "m" / "1").mkdir(parents=True)
+    config = tmp_path / "servinglib.yaml"
+    config.write_text(
+        "service: demo\nmodels:\n  - name: m\n    runtime: onnx\n"
+        "    repository: models/m\n    default_version: '1'\n"
+        "    optimize_budgets: {max_accuracy_loss: {class_logits: 0.003, amount: 0.02}}\n"
+    )
+    budgets = budgets_for_model(load_config(config), "m")
+    assert budgets.max_accuracy_loss is None
+    assert dict(budgets.output_losses) == {"class_logits": 0.003, "amount": 0.02}
+    merged = budgets.override(Budgets(max_accuracy_loss=0.01, output_losses=(("amount", 0.05),)))
+    assert merged.max_accuracy_loss == 0.01
+    assert dict(merged.output_losses) == {"class_logits": 0.003, "amount": 0.05}
+    results = check_budgets(
+        merged, size_mb=1, latency_ms=1, loss=None, losses={"class_logits": 0.001, "amount": 0.06}
+    )
+    assert [(r.budget, r.passed) for r in results] == [
+        ("max_accuracy_loss[class_logits]", True),
+        ("max_accuracy_loss[amount]", False),
+    ]
+    with pytest.raises(ConfigError, match=r"optimize_budgets\.max_accuracy_loss\.amount"):
+        Budgets.from_mapping(
+            {"max_accuracy_loss": {"amount": -1}}, key_path="models[0].optimize_budgets"
+        )

@@ -17,128 +17,27 @@ temporary and staging directories are removed on the way out, and the exit code 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from servinglib.errors import ServinglibError
+from servinglib.optimize._cli_output import print_outcome
+from servinglib.optimize._cli_types import (
+    add_quantize_options,
+    int_at_least,
+    loss_limit,
+    metric,
+    names,
+    non_negative,
+)
+from servinglib.optimize._signals import Terminated, terminate_cleanly
 
 __all__ = ["add_parser", "main", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the command is so that every with-block cleans up."""
-
-
-@contextmanager
-def _terminate_cleanly() -> Iterator[None]:
-    """Turn SIGTERM into :class:`_Terminated` while a command runs (main thread only)."""
-
-    def raise_terminated(signum: int, frame: FrameType | None) -> None:
-        raise _Terminated
-
-    try:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _int_at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
-        return value
-
-    return parse
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0")
-    return value
-
-
-def _metric(text: str) -> str:
-    from servinglib.optimize.errors import OptimizeError
-    from servinglib.optimize.judging import parse_metric_spec
-
-    try:
-        parse_metric_spec(text)
-    except OptimizeError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
-def _loss_limit(text: str) -> tuple[str | None, float]:
-    """``0.01`` (every output) or ``amount=0.05`` (one output)."""
-    name, sep, value = text.rpartition("=")
-    limit = _non_negative(value)
-    if sep and not name.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} names no output; write NAME=LIMIT")
-    return (name.strip() if sep else None), limit
-
-
-def _add_quantize_options(parser: argparse.ArgumentParser, *, auto: bool) -> None:
-    methods = ["dynamic", "dynamic-per-token", "static"]
-    parser.add_argument(
-        "--method",
-        choices=(["auto", *methods] if auto else methods),
-        default="auto" if auto else "dynamic",
-        help="quantization method; auto = accuracy-aware search (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--per-channel", action="store_true", help="one weight scale per output channel"
-    )
-    parser.add_argument(
-        "--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)"
-    )
-    parser.add_argument(
-        "--exclude-op-types", type=_names, default=(), help="operator types left in float: A,B"
-    )
-    parser.add_argument(
-        "--exclude-nodes", type=_names, default=(), help="node names left in float: a,b"
-    )
-    parser.add_argument(
-        "--calibration",
-        type=Path,
-        help="calibration samples for static: .npz, .jsonl or test_data.json",
-    )
-    parser.add_argument(
-        "--calibration-method",
-        choices=["minmax", "entropy", "percentile"],
-        default="minmax",
-        help="how static calibration sets activation ranges (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-samples",
-        type=_int_at_least(1),
-        default=1000,
-        help="use at most this many samples of each file (default: %(default)s)",
-    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -164,10 +63,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=".npz of sample inputs, one array per input (axis 0 = batch)",
     )
     export.add_argument(
-        "--input-names", type=_names, help="input order and names (default: the .npz order)"
+        "--input-names", type=names, help="input order and names (default: the .npz order)"
     )
     export.add_argument(
-        "--output-names", type=_names, default=("output",), help="output names (default: output)"
+        "--output-names", type=names, default=("output",), help="output names (default: output)"
     )
     export.add_argument(
         "--dynamic-axis",
@@ -177,8 +76,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="another dynamic axis, e.g. input_ids:1:sequence (axis 0 is always dynamic)",
     )
     export.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
-    export.add_argument("--atol", type=_non_negative, default=1e-4, help="verification atol")
-    export.add_argument("--rtol", type=_non_negative, default=1e-3, help="verification rtol")
+    export.add_argument("--atol", type=non_negative, default=1e-4, help="verification atol")
+    export.add_argument("--rtol", type=non_negative, default=1e-3, help="verification rtol")
     export.add_argument(
         "--allow-trace-warnings",
         action="store_true",
@@ -198,7 +97,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     quantize = steps.add_parser("quantize", help="INT8 quantization with one method")
     quantize.add_argument("source", type=Path, help="the FP32 ONNX model")
-    _add_quantize_options(quantize, auto=False)
+    add_quantize_options(quantize, auto=False)
     quantize.add_argument("--out", type=Path, required=True, help="the INT8 ONNX file")
 
     run_parser = steps.add_parser(
@@ -219,7 +118,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--metric",
-        type=_metric,
+        type=metric,
         default="auto",
         help="how INT8 is compared with FP32, per output: auto (top1 for class scores, "
         "relative-error for regression, cosine for embeddings, exact for integers), "
@@ -236,7 +135,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     run_parser.add_argument(
         "--output", help="graph outputs judged, comma-separated (default: every output)"
     )
-    _add_quantize_options(run_parser, auto=True)
+    add_quantize_options(run_parser, auto=True)
     run_parser.add_argument(
         "--graph-level",
         choices=["disable", "basic", "extended"],
@@ -244,13 +143,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="graph optimization before quantizing (default: %(default)s); extended is "
         "refused: its fused operators cannot be quantized",
     )
-    run_parser.add_argument("--max-size-mb", type=_non_negative, help="budget: model size in MB")
+    run_parser.add_argument("--max-size-mb", type=non_negative, help="budget: model size in MB")
     run_parser.add_argument(
-        "--max-latency-ms", type=_non_negative, help="budget: median single-request latency in ms"
+        "--max-latency-ms", type=non_negative, help="budget: median single-request latency in ms"
     )
     run_parser.add_argument(
         "--max-accuracy-loss",
-        type=_loss_limit,
+        type=loss_limit,
         action="append",
         default=[],
         metavar="[NAME=]LOSS",
@@ -270,40 +169,40 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--invariance-tolerance",
-        type=_non_negative,
+        type=non_negative,
         default=1e-3,
         help="relative deviation still called batch-invariant (default: %(default)s)",
     )
     run_parser.add_argument(
         "--invariance-batch-size",
-        type=_int_at_least(2),
+        type=int_at_least(2),
         default=8,
         help="mixed batch size (default: 8)",
     )
     run_parser.add_argument(
         "--threads",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=1,
         help="intra-op threads when measuring (default: 1)",
     )
     run_parser.add_argument(
-        "--warmup", type=_int_at_least(0), default=20, help="warm-up runs (default: 20)"
+        "--warmup", type=int_at_least(0), default=20, help="warm-up runs (default: 20)"
     )
     run_parser.add_argument(
-        "--iterations", type=_int_at_least(1), default=100, help="runs per round (default: 100)"
+        "--iterations", type=int_at_least(1), default=100, help="runs per round (default: 100)"
     )
     run_parser.add_argument(
-        "--repeats", type=_int_at_least(1), default=5, help="rounds (default: 5)"
+        "--repeats", type=int_at_least(1), default=5, help="rounds (default: 5)"
     )
     run_parser.add_argument(
         "--batch-size",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=32,
         help="throughput batch size (default: 32)",
     )
     run_parser.add_argument(
         "--min-round-s",
-        type=_non_negative,
+        type=non_negative,
         default=0.2,
         help="least time each model spends in one throughput round (default: %(default)s)",
     )
@@ -314,7 +213,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed ``optimize`` command; returns the exit code."""
     try:
-        with _terminate_cleanly():
+        with terminate_cleanly():
             command = args.optimize_command
             if command == "export":
                 return _export(args)
@@ -329,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted: temporary files removed, --out left as it was", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except _Terminated:
+    except Terminated:
         print("terminated: temporary files removed, --out left as it was", file=sys.stderr)
         return EXIT_TERMINATED
 
@@ -357,8 +256,8 @@ def _export(args: argparse.Namespace) -> int:
         raise OptimizeError(f"--sample {args.sample}: expected an existing .npz of inputs")
     with np.load(args.sample, allow_pickle=False) as archive:
         arrays = {name: archive[name] for name in archive.files}
-    names = list(args.input_names or arrays)
-    missing = [n for n in names if n not in arrays]
+    input_names = list(args.input_names or arrays)
+    missing = [n for n in input_names if n not in arrays]
     if missing:
         raise OptimizeError(f"{args.sample} has no arrays {missing}; it has {list(arrays)}")
     axes: dict[str, dict[int, str]] = {}
@@ -370,7 +269,7 @@ def _export(args: argparse.Namespace) -> int:
     module = load_module(args.model, weights=args.weights)
     result = export_module(
         module,
-        {n: arrays[n] for n in names},
+        {n: arrays[n] for n in input_names},
         args.out,
         output_names=list(args.output_names),
         dynamic_axes=axes,
@@ -478,40 +377,7 @@ def _run(args: argparse.Namespace) -> int:
         report_dir=args.report_dir,
         settings=settings,
     )
-    document = outcome.report.to_dict()
-    if outcome.model is not None:
-        change, accuracy = document["change"], document["accuracy"]
-        losses = ", ".join(
-            (f"{o['output']} " if len(accuracy["outputs"]) > 1 else "")
-            + f"{o['metric']} loss {o['loss']:.4g}"
-            for o in accuracy["outputs"]
-        )
-        print(
-            f"wrote {outcome.model} ({document['chosen']}): "
-            f"size {-change['size_reduction_pct']:+.1f} %, {losses}"
-        )
-        for claim in outcome.report.claims():
-            print(f"speed: {claim.describe()}")
-    for output in document["accuracy"]["outputs"]:
-        print(f"metric {output['metric']} on {output['output']}: {output['why']}")
-    quantization = document["quantization"]
-    if quantization is not None:
-        floats = ", ".join(f"{op} ({n})" for op, n in quantization["float_op_types"].items())
-        print(
-            f"quantized: {quantization['weights_int8_share']:.0%} of weights INT8"
-            + (f"; left float: {floats}" if floats else "")
-        )
-    tolerance = document["selftest_tolerance"]
-    if tolerance is not None:
-        print(
-            f"self-test: test_data.json cases with FP32 expectations need "
-            f'"tolerance": {{"atol": {tolerance["atol"]:g}}}'
-        )
-    if document["chosen"]:
-        print(f"chosen {document['chosen']}: {document['choice_reason']}")
-    for warning in document["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"report: {outcome.files.markdown} (+ .json, .png)")
+    print_outcome(outcome)
     for failure in outcome.failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     return EXIT_OK if outcome.passed else EXIT_FAILED

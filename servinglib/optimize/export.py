@@ -28,8 +28,7 @@ Example::
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from servinglib.lifecycle.importing import import_object
 from servinglib.optimize._deps import require
 from servinglib.optimize._files import StagedOutput
 from servinglib.optimize._messages import first_line
+from servinglib.optimize._torch_export import exportable_torch, trace_warnings
 from servinglib.optimize.errors import ExportVerificationError, OptimizeError
 
 __all__ = ["DEFAULT_OPSET", "ExportResult", "export_module", "load_module"]
@@ -146,7 +146,7 @@ def export_module(
     name = type(module).__name__
     _check_outputs(module, sample, list(output_names))
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values())
-    with StagedOutput(path) as staged, _no_fast_paths(torch):
+    with StagedOutput(path) as staged, exportable_torch(torch):
         try:
             with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -165,7 +165,7 @@ def export_module(
             raise OptimizeError(
                 f"torch.onnx.export of {name} failed: {type(e).__name__}: {first_line(e)}"
             ) from e
-        traced, ignored = _trace_warnings(torch, caught)
+        traced, ignored = trace_warnings(torch, caught)
         if traced and not allow_trace_warnings:
             raise ExportVerificationError(
                 f"exporting {name}: the trace fixed values that may differ on other inputs:\n"
@@ -191,73 +191,6 @@ def export_module(
         trace_warnings=tuple(traced),
         ignored_warnings=tuple(ignored),
     )
-
-
-@contextmanager
-def _no_fast_paths(torch: Any) -> Iterator[None]:
-    """PyTorch set up so stock modules export with dynamic axes; restored afterwards.
-
-    * the fused inference fast paths (``aten::_transformer_encoder_layer_fwd``, nested
-      tensors) are switched off: they have no ONNX export;
-    * attention's packed in-projection splits Q/K/V with ``unflatten(-1, (3, E))``, which
-      the tracer records with the sample's sequence length as a constant (the graph then
-      fails on any other length); while exporting, the same projection is split with
-      ``chunk``, which traces with dynamic shapes and gives the same numbers.
-    """
-    functional = torch.nn.functional
-    packed = getattr(functional, "_in_projection_packed", None)
-    mha: Any = getattr(torch.backends, "mha", None)
-    fast = mha is not None and hasattr(mha, "set_fastpath_enabled")
-    before = mha.get_fastpath_enabled() if fast else None
-
-    def traceable(q: Any, k: Any, v: Any, w: Any, b: Any = None) -> Any:
-        if k is v and q is k:
-            projected = functional.linear(q, w, b)
-            return tuple(part.contiguous() for part in projected.chunk(3, dim=-1))
-        if k is v:
-            size = q.size(-1)
-            w_q, w_kv = w[:size], w[size:]
-            b_q, b_kv = (None, None) if b is None else (b[:size], b[size:])
-            key, value = functional.linear(k, w_kv, b_kv).chunk(2, dim=-1)
-            return functional.linear(q, w_q, b_q), key.contiguous(), value.contiguous()
-        return packed(q, k, v, w, b)  # type: ignore[misc]
-
-    if fast:
-        mha.set_fastpath_enabled(False)
-    if packed is not None:
-        functional._in_projection_packed = traceable
-    try:
-        yield
-    finally:
-        if packed is not None:
-            functional._in_projection_packed = packed
-        if fast:
-            mha.set_fastpath_enabled(before)
-
-
-def _inside(package: Any, filename: str) -> bool:
-    """True when ``filename`` is a file of the installed ``package`` (e.g. torch)."""
-    root = Path(package.__file__).resolve().parent
-    try:
-        return Path(filename).resolve().is_relative_to(root)
-    except OSError:
-        return False
-
-
-def _trace_warnings(
-    torch: Any, caught: Sequence[warnings.WarningMessage]
-) -> tuple[list[str], list[str]]:
-    """The TracerWarnings of the user's code, and those PyTorch raised in its own files."""
-    found: list[str] = []
-    ignored: list[str] = []
-    for item in caught:
-        if issubclass(item.category, torch.jit.TracerWarning):
-            text = str(item.message).strip().splitlines()[0]
-            line = f"{Path(item.filename).name}:{item.lineno}: {text}"
-            (ignored if _inside(torch, item.filename) else found).append(line)
-        else:  # not ours to judge: pass it on as it came
-            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-    return list(dict.fromkeys(found)), list(dict.fromkeys(ignored))
 
 
 def _check_outputs(module: Any, sample: Mapping[str, np.ndarray], output_names: list[str]) -> None:

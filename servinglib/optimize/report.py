@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -37,8 +36,15 @@ from typing import Any
 
 from servinglib.optimize._chart import render_chart
 from servinglib.optimize._markdown import render_markdown
+from servinglib.optimize._report_sections import (
+    claims,
+    finite,
+    non_finite,
+    quantization,
+    selftest_tolerance,
+)
 from servinglib.optimize.budgets import BudgetResult
-from servinglib.optimize.compare import SpeedClaim, round_spread, speed_claim
+from servinglib.optimize.compare import SpeedClaim, round_spread
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.graph import GraphResult
 from servinglib.optimize.invariance import InvarianceResult
@@ -160,19 +166,19 @@ class OptimizeReport:
                 "detail": dict(self.metric_detail),
                 "outputs": [_plain(row) for row in self.outputs],
             },
-            "quantization": _quantization(self.weights),
-            "selftest_tolerance": _selftest_tolerance(self.optimized),
+            "quantization": quantization(self.weights),
+            "selftest_tolerance": selftest_tolerance(self.optimized),
             "candidates": [_candidate(c) for c in self.candidates],
             "budgets": [{**_plain(b), "description": b.describe()} for b in self.budgets],
             "warnings": list(self.warnings),
             "passed": self.passed,
         }
-        strict: dict[str, Any] = _finite(document)
+        strict: dict[str, Any] = finite(document)
         return strict
 
     def claims(self) -> list[SpeedClaim]:
         """What may be said of INT8's speed against FP32 (empty without an INT8 model)."""
-        return _claims(self.baseline, self.optimized)
+        return claims(self.baseline, self.optimized)
 
 
 @dataclass(frozen=True)
@@ -197,72 +203,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float | int | str | bool) or value is None:
         return value
     return float(value) if hasattr(value, "__float__") else str(value)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity replaced by None: strict JSON has neither."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _quantization(weights: WeightShare | None) -> dict[str, Any] | None:
-    if weights is None:
-        return None
-    return {
-        "weights_int8_share": weights.quantized_fraction,
-        "int8_weight_elements": weights.quantized_elements,
-        "float_weight_elements": weights.float_elements,
-        "float_op_types": dict(weights.float_op_types),
-        "essentially_fp32": weights.essentially_fp32,
-    }
-
-
-def suggested_atol(optimized: ModelFigures) -> float:
-    """An ``atol`` covering INT8's largest deviation from FP32, alone or batched, with margin."""
-    worst = max(optimized.max_abs_diff_fp32, optimized.invariance.worst_absolute)
-    if worst <= 0:
-        return 1e-5
-    # 1.5x the worst deviation seen, rounded up to two significant digits
-    digits = math.floor(math.log10(worst * 1.5)) - 1
-    return float(round(math.ceil(worst * 1.5 / 10**digits) * 10**digits, -digits))
-
-
-def _selftest_tolerance(optimized: ModelFigures | None) -> dict[str, Any] | None:
-    if optimized is None:
-        return None
-    return {
-        "atol": suggested_atol(optimized),
-        "rtol": 0.0,
-        "max_abs_diff_fp32": optimized.max_abs_diff_fp32,
-        "max_abs_batch_deviation": optimized.invariance.worst_absolute,
-        "why": "self-test expectations taken from the FP32 model: the INT8 outputs differ "
-        "from them by up to max_abs_diff_fp32 alone and move by up to "
-        "max_abs_batch_deviation inside a batch; give each case of test_data.json "
-        '"tolerance": {"atol": <atol>} (1.5x the larger, two digits)',
-    }
-
-
-def _claims(baseline: ModelFigures, optimized: ModelFigures | None) -> list[SpeedClaim]:
-    if optimized is None:
-        return []
-
-    def per_sample(rounds: tuple[float, ...]) -> list[float]:
-        return [1.0 / r if r > 0 else math.inf for r in rounds]
-
-    return [
-        speed_claim("p50", baseline.latency.rounds_p50_ms, optimized.latency.rounds_p50_ms),
-        speed_claim("p95", baseline.latency.rounds_p95_ms, optimized.latency.rounds_p95_ms),
-        speed_claim(
-            "throughput",
-            per_sample(baseline.throughput.rounds_samples_per_s),
-            per_sample(optimized.throughput.rounds_samples_per_s),
-        ),
-    ]
 
 
 def _invariance(result: InvarianceResult | None) -> dict[str, Any] | None:
@@ -326,7 +266,7 @@ def _candidate(candidate: CandidateResult) -> dict[str, Any]:
             }
             for score in candidate.scores
         ],
-        "quantization": _quantization(candidate.weights),
+        "quantization": quantization(candidate.weights),
         "invariance": _invariance(candidate.invariance),
         "latency_ms": _latency(candidate.latency),
         "accepted": candidate.accepted,
@@ -358,7 +298,7 @@ def _change(baseline: ModelFigures, optimized: ModelFigures | None) -> dict[str,
                 "why": claim.why,
                 "description": claim.describe(),
             }
-            for claim in _claims(baseline, optimized)
+            for claim in claims(baseline, optimized)
         },
     }
 
@@ -383,7 +323,7 @@ def validate_report(document: dict[str, Any]) -> None:
     """
     import jsonschema
 
-    where = _non_finite(document, "")
+    where = non_finite(document, "")
     if where is not None:
         raise OptimizeError(
             f"optimize report holds a non-finite number at {where or '(top level)'}: strict "
@@ -396,24 +336,6 @@ def validate_report(document: dict[str, Any]) -> None:
         raise OptimizeError(
             f"optimize report does not match its schema at {where}: {error.message}"
         )
-
-
-def _non_finite(value: Any, path: str) -> str | None:
-    """The JSON path of the first NaN or infinity in ``value``, None when there is none."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return path
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else ()
-    )
-    for key, item in items:
-        found = _non_finite(item, f"{path}/{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
 
 
 def write_report(

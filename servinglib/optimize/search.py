@@ -19,10 +19,8 @@ accepted; only nodes that method actually quantized are candidates for exclusion
 Excluding nodes only costs speed and size, so this runs only when no fully quantized
 candidate holds the budget.
 
-Among accepted candidates, latency decides only where the measured rounds can tell two
-apart (:mod:`servinglib.optimize.compare`); candidates indistinguishable from the fastest are
-ranked batch-invariant first, then smaller, then less lossy. When none is accepted the
-result says why for each.
+Among accepted candidates, latency decides only where the rounds can tell
+(:mod:`servinglib.optimize._choice`). When none is accepted the result says why for each.
 
 Example::
 
@@ -40,14 +38,12 @@ from pathlib import Path
 
 import numpy as np
 
+from servinglib.optimize._choice import auto_candidates, pick_candidate
 from servinglib.optimize._files import model_size_mb
-from servinglib.optimize._per_token import PER_TOKEN_OP_TYPES
 from servinglib.optimize._progress import Progress
 from servinglib.optimize._session import Session, open_session
 from servinglib.optimize.accuracy import MetricResult
-from servinglib.optimize.compare import Comparison, compare_rounds
 from servinglib.optimize.errors import OptimizeError
-from servinglib.optimize.graph import count_ops
 from servinglib.optimize.invariance import (
     DEFAULT_TOLERANCE,
     InvarianceResult,
@@ -195,23 +191,6 @@ class SearchResult:
         return "\n".join(lines)
 
 
-def auto_candidates(model: Path, has_calibration: bool) -> list[QuantizeOptions]:
-    """The base candidates that apply to the graph at ``model``."""
-    ops = count_ops(model)
-    candidates = [
-        QuantizeOptions(method="dynamic"),
-        QuantizeOptions(method="dynamic", per_channel=True),
-    ]
-    if any(ops[op] for op in PER_TOKEN_OP_TYPES):
-        candidates.append(QuantizeOptions(method="dynamic-per-token", per_channel=True))
-    if has_calibration:
-        candidates += [
-            QuantizeOptions(method="static"),
-            QuantizeOptions(method="static", per_channel=True),
-        ]
-    return candidates
-
-
 class _Searcher:
     def __init__(
         self,
@@ -351,49 +330,6 @@ class _Searcher:
         for i, candidate in enumerate(accepted):
             candidate.latency = stats[str(i)]
         return pick_candidate(accepted)
-
-
-def pick_candidate(accepted: Sequence[CandidateResult]) -> tuple[CandidateResult, str]:
-    """The accepted candidate to keep (latencies measured), and why.
-
-    Candidates whose rounds cannot be told apart from the fastest median are tied; among
-    them batch-invariant wins, then smaller, then less lossy.
-    """
-    fastest = min(accepted, key=lambda c: c.latency.p50_ms if c.latency else np.inf)
-    tied = []
-    for candidate in accepted:
-        if candidate is fastest:
-            candidate.comparison = "fastest median"
-            tied.append(candidate)
-            continue
-        verdict = _compare(candidate, fastest)
-        candidate.comparison = verdict.describe(fastest.name)
-        if verdict.faster is not False:
-            tied.append(candidate)
-    chosen = min(tied, key=_tie_key)
-    if len(tied) == 1:
-        return chosen, "measurably faster than every other accepted candidate"
-    names = ", ".join(c.name for c in tied)
-    return chosen, (
-        f"latency cannot tell apart {names}; among them preferred batch-invariant, then "
-        "smaller, then less lossy"
-    )
-
-
-def _compare(a: CandidateResult, b: CandidateResult) -> Comparison:
-    assert a.latency is not None
-    assert b.latency is not None
-    return compare_rounds(a.latency.rounds_p50_ms, b.latency.rounds_p50_ms)
-
-
-def _tie_key(c: CandidateResult) -> tuple[bool, float, float, float]:
-    variant = not (c.invariance is not None and c.invariance.invariant)
-    return (
-        variant,
-        c.size_mb or 0.0,
-        c.pressure,
-        c.latency.p50_ms if c.latency else np.inf,
-    )
 
 
 def planned_steps(base_candidates: int, settings: SearchSettings) -> int:

@@ -175,8 +175,9 @@ def test_labels_files(tmp_path: Path) -> None:
 
 
 def test_the_report_warns_when_rounds_differ_a_lot() -> None:
+    from servinglib.optimize._run_warnings import run_warnings as _warnings
     from servinglib.optimize.measure import ThroughputStats, cpu_info
-    from servinglib.optimize.pipeline import OptimizeSettings, _warnings
+    from servinglib.optimize.pipeline import OptimizeSettings
     from servinglib.optimize.report import ModelFigures
     from servinglib.optimize.search import SearchResult
 

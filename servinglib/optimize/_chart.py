@@ -36,9 +36,12 @@ def render_chart(document: dict[str, Any], path: Path) -> None:
         f"throughput, batch {base['throughput']['batch_size']} (samples/s)",
         labels,
         [m["throughput"]["samples_per_s"] for m in models],
+        fmt="{:,.0f}",  # 295,831 rather than 2.96e+05
     )
     values = [accuracy["fp32"]] + ([accuracy["optimized"]] if opt else [])
     title = f"{accuracy['metric']} vs {'labels' if accuracy['metric'] == 'accuracy' else 'FP32'}"
+    if len(accuracy["outputs"]) > 1:
+        title = f"closest to its budget of {len(accuracy['outputs'])} outputs:\n" + title
     if accuracy["loss"] is not None:
         title += f"\nloss {accuracy['loss']:.4g}"
         if accuracy["max_loss"] is not None:

@@ -134,8 +134,10 @@ def _safe_external(path: Path) -> list[Path]:
 class StagedOutput:
     """A staging directory next to ``destination``; :meth:`commit` renames the files in place.
 
-    Without a commit (an error, a failed run) the staging directory is removed and
-    ``destination`` is left as it was.
+    Without a commit (an error, a failed run, a signal) the staging directory is removed,
+    and so are the parent directories it had to create, and ``destination`` is left as it
+    was. Committed files get the mode a new file gets (``0o666`` less the umask), data files
+    included, whatever mode the writer gave them.
     """
 
     def __init__(self, destination: Path, *, source: Path | None = None) -> None:
@@ -143,9 +145,17 @@ class StagedOutput:
             refuse_overwriting_source(source, destination)
         self.destination = destination
         self._dir: Path | None = None
+        self._created: list[Path] = []
+        self._committed = False
 
     def __enter__(self) -> StagedOutput:
+        missing = []
+        parent = self.destination.parent.absolute()
+        while not parent.exists():
+            missing.append(parent)
+            parent = parent.parent
         self.destination.parent.mkdir(parents=True, exist_ok=True)
+        self._created = missing  # deepest first
         self._dir = Path(
             tempfile.mkdtemp(prefix=f".{self.destination.name}.", dir=self.destination.parent)
         )
@@ -162,14 +172,18 @@ class StagedOutput:
         """Move the staged model and its data files to the destination; returns it."""
         staged = self.path
         moved = set()
+        mode = _new_file_mode()
         # data files first, so the graph never appears before the weights it refers to
         for extra in external_data_files(staged):
+            os.chmod(extra, mode)
             os.replace(extra, self.destination.parent / extra.name)
             moved.add(extra.name)
         stale = self.destination.with_name(self.destination.name + ".data")
         if stale.name not in moved and stale.is_file():
             stale.unlink()
+        os.chmod(staged, mode)
         os.replace(staged, self.destination)
+        self._committed = True
         return self.destination
 
     def __exit__(
@@ -181,3 +195,16 @@ class StagedOutput:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+        if not self._committed:
+            for directory in self._created:
+                try:
+                    directory.rmdir()  # only while empty: never anything someone put there
+                except OSError:
+                    break
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file here: 0o666 less the process umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask

@@ -8,11 +8,17 @@ from typing import Any
 __all__ = ["render_markdown"]
 
 
-def _speed(ratio: float) -> str:
-    """``2.75x faster`` or ``1.14x slower`` for a ratio of FP32 to INT8 time."""
-    if ratio >= 1.0 or ratio <= 0.0:
-        return f"{ratio:.2f}x faster"
-    return f"{1.0 / ratio:.2f}x slower"
+def _speed(change: dict[str, Any], figure: str) -> str:
+    """``2.75x faster (rounds 2.6-2.9x)``, or no measurable difference, from the claims."""
+    if not change:
+        return "-"
+    claim = change["claims"][figure]
+    low, high = claim["interval"]
+    interval = f"rounds {low:.2f}-{high:.2f}x"
+    if claim["verdict"] == "no measurable difference":
+        return f"no measurable difference ({claim['ratio']:.2f}x; {interval})"
+    ratio = claim["ratio"] if claim["ratio"] >= 1 else 1 / claim["ratio"]
+    return f"**{ratio:.2f}x {claim['verdict']}** ({interval})"
 
 
 def _yes_no(invariance: dict[str, Any] | None) -> str:
@@ -22,13 +28,11 @@ def _yes_no(invariance: dict[str, Any] | None) -> str:
     return f"{verdict} ({invariance['worst_relative']:.2g})"
 
 
-def _metric_cell(accuracy: dict[str, Any], which: str) -> str:
-    value = accuracy[which]
+def _value(value: float | None, metric: str = "", detail: dict[str, Any] | None = None) -> str:
     if value is None:
         return "-"
     text = f"{value:.4f}"
-    detail = accuracy["detail"]
-    if which == "optimized" and accuracy["metric"] == "cosine" and "min" in detail:
+    if metric == "cosine" and detail and detail.get("min") is not None:
         text += f" (min {detail['min']:.4f})"
     return text
 
@@ -73,29 +77,36 @@ def render_markdown(document: dict[str, Any]) -> str:
         "single request p50 (ms)",
         f"{base['latency_ms']['p50_ms']:.3f}",
         opt_value(".3f", "latency_ms", "p50_ms"),
-        _speed(change["p50_speedup"]) if change else "-",
+        _speed(change, "p50"),
     )
     row(
         "single request p95 (ms)",
         f"{base['latency_ms']['p95_ms']:.3f}",
         opt_value(".3f", "latency_ms", "p95_ms"),
-        _speed(change["p95_speedup"]) if change else "-",
+        _speed(change, "p95"),
     )
     row(
         f"throughput, batch {batch} (samples/s)",
         f"{base['throughput']['samples_per_s']:.0f}",
         opt_value(".0f", "throughput", "samples_per_s"),
-        f"{change['throughput_speedup']:.2f}x" if change else "-",
+        _speed(change, "throughput"),
     )
-    loss = acc["loss"]
-    row(
-        f"{acc['metric']} vs {'labels' if acc['metric'] == 'accuracy' else 'FP32'}",
-        _metric_cell(acc, "fp32"),
-        _metric_cell(acc, "optimized"),
-        f"loss {loss:.4f}" + (f" (max {acc['max_loss']:g})" if acc["max_loss"] is not None else "")
-        if loss is not None
-        else "-",
-    )
+    several = len(acc["outputs"]) > 1
+    for output in acc["outputs"]:
+        loss = output["loss"]
+        versus = "labels" if output["metric"] == "accuracy" else "FP32"
+        row(
+            (f"`{output['output']}`: " if several else "") + f"{output['metric']} vs {versus}",
+            _value(output["fp32"]),
+            _value(output["optimized"], output["metric"], output["detail"]),
+            (
+                f"loss {loss:.4f}"
+                + (f" (max {output['max_loss']:g})" if output["max_loss"] is not None else "")
+                + ("" if output["passed"] in (True, None) else " **EXCEEDED**")
+            )
+            if loss is not None
+            else "-",
+        )
     row(
         "batch-invariant (worst deviation)",
         _yes_no(base["invariance"]),
@@ -121,8 +132,8 @@ def render_markdown(document: dict[str, Any]) -> str:
         "",
         _reproducibility(document),
         "",
-        f"Metric: `{acc['metric']}`. Why: {acc['why']}.",
-        "",
+        *_metric_lines(acc),
+        *_quantization_lines(document),
         "## Candidates",
         "",
         "| candidate | size (MB) | metric | loss | batch-invariant | p50 (ms) | verdict |"
@@ -135,8 +146,8 @@ def render_markdown(document: dict[str, Any]) -> str:
             "| {name} | {size} | {value} | {loss} | {inv} | {p50} | {verdict} | {cmp} |".format(
                 name=c["name"],
                 size=f"{c['size_mb']:.2f}" if c["size_mb"] is not None else "-",
-                value=f"{metric['value']:.4f}" if metric else "-",
-                loss=f"{metric['loss']:.4f}" if metric else "-",
+                value=_number(metric["value"]) if metric else "-",
+                loss=_number(metric["loss"]) if metric else "-",
                 inv=_yes_no(c["invariance"]),
                 p50=f"{c['latency_ms']['p50_ms']:.3f}" if c["latency_ms"] else "-",
                 verdict="**chosen**"
@@ -152,6 +163,41 @@ def render_markdown(document: dict[str, Any]) -> str:
         lines += ["", "## Warnings", ""]
         lines += [f"- {w}" for w in document["warnings"]]
     return "\n".join(lines) + "\n"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _metric_lines(acc: dict[str, Any]) -> list[str]:
+    if len(acc["outputs"]) == 1:
+        return [f"Metric: `{acc['metric']}`. Why: {acc['why']}.", ""]
+    lines = ["Every output is judged; a candidate passes only when all do:", ""]
+    lines += [f"- `{o['output']}`: `{o['metric']}`. Why: {o['why']}." for o in acc["outputs"]]
+    return [*lines, ""]
+
+
+def _quantization_lines(document: dict[str, Any]) -> list[str]:
+    lines = []
+    quantization = document["quantization"]
+    if quantization is not None:
+        share = f"{quantization['weights_int8_share']:.0%} of the weights are INT8"
+        floats = quantization["float_op_types"]
+        if floats:
+            share += "; left float: " + ", ".join(f"{op} ({n})" for op, n in floats.items())
+        if quantization["essentially_fp32"]:
+            share = "**Essentially FP32**: " + share
+        lines += [f"Quantization: {share}.", ""]
+    tolerance = document["selftest_tolerance"]
+    if tolerance is not None:
+        lines += [
+            f"Self-test: with expectations taken from FP32, give each `test_data.json` case "
+            f'`"tolerance": {{"atol": {tolerance["atol"]:g}}}` (INT8 differs from FP32 by up '
+            f"to {tolerance['max_abs_diff_fp32']:.3g} alone and moves by up to "
+            f"{tolerance['max_abs_batch_deviation']:.3g} in a batch).",
+            "",
+        ]
+    return lines
 
 
 def _reproducibility(document: dict[str, Any]) -> str:

@@ -99,16 +99,20 @@ class _Rewriter:
         step = self.constant("per_token_step", np.array(1.0 / 127.0, dtype=np.float32))
         zero_point = self.constant("per_token_zero_point", np.array(128, dtype=np.uint8))
         if self.opset < 18:
-            reduce = make("ReduceMax", [f"{p}_abs"], [f"{p}_amax"], keepdims=1, axes=[-1])
+            reduce = make(
+                "ReduceMax", [f"{p}_abs"], [f"{p}_amax"], name=f"{p}_amax", keepdims=1, axes=[-1]
+            )
         else:
             axes = self.constant("per_token_axes", np.array([-1], dtype=np.int64))
-            reduce = make("ReduceMax", [f"{p}_abs", axes], [f"{p}_amax"], keepdims=1)
+            reduce = make(
+                "ReduceMax", [f"{p}_abs", axes], [f"{p}_amax"], name=f"{p}_amax", keepdims=1
+            )
         nodes = [
-            make("Abs", [name], [f"{p}_abs"]),
+            make("Abs", [name], [f"{p}_abs"], name=f"{p}_abs"),
             reduce,
-            make("Max", [f"{p}_amax", eps], [f"{p}_range"]),
-            make("Div", [name, f"{p}_range"], [f"{p}_unit"]),
-            make("QuantizeLinear", [f"{p}_unit", step, zero_point], [f"{p}_u8"]),
+            make("Max", [f"{p}_amax", eps], [f"{p}_range"], name=f"{p}_range"),
+            make("Div", [name, f"{p}_range"], [f"{p}_unit"], name=f"{p}_unit"),
+            make("QuantizeLinear", [f"{p}_unit", step, zero_point], [f"{p}_u8"], name=f"{p}_u8"),
         ]
         self._activations[name] = (f"{p}_u8", f"{p}_range")
         return nodes, f"{p}_u8", f"{p}_range"
@@ -126,12 +130,13 @@ class _Rewriter:
                 "MatMulIntegerToFloat",
                 [quantized, w.quantized, one, w.scale, zero_point],
                 [f"{p}_float"],
+                name=f"{p}_matmul",
                 domain="com.microsoft",
             ),
-            make("Mul", [f"{p}_float", row_range], [output]),
+            make("Mul", [f"{p}_float", row_range], [output], name=f"{p}_rescale"),
         ]
         if plan.bias is not None:
-            nodes.append(make("Add", [output, plan.bias], [node.output[0]]))
+            nodes.append(make("Add", [output, plan.bias], [node.output[0]], name=f"{p}_bias"))
         return nodes
 
 

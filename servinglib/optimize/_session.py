@@ -1,4 +1,4 @@
-"""ONNX Runtime sessions for measuring and evaluating: fixed threads, one output, batch helpers."""
+"""ONNX Runtime sessions for measuring and evaluating: fixed threads, judged outputs, batches."""
 
 from __future__ import annotations
 
@@ -15,33 +15,54 @@ from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.samples import Feed, stack_feeds
 from servinglib.runtimes.onnx import GRAPH_LEVELS, choose_providers, session_options
 
-__all__ = ["GRAPH_LEVELS", "Session", "open_session"]
+__all__ = ["GRAPH_LEVELS", "Sample", "Session", "judged_outputs", "open_session"]
+
+
+Sample = tuple[np.ndarray, ...]  # the judged outputs of one sample, in Session.outputs order
+
+
+def judged_outputs(output: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``--output`` as names: None or empty means every output of the graph."""
+    if output is None:
+        return ()
+    if isinstance(output, str):
+        return tuple(part.strip() for part in output.split(",") if part.strip())
+    return tuple(output)
 
 
 class Session:
-    """One inference session and the output it is judged on."""
+    """One inference session and the outputs it is judged on (all of them by default)."""
 
-    def __init__(self, raw: Any, path: Path, output: str | None) -> None:
+    def __init__(self, raw: Any, path: Path, output: str | Sequence[str] | None) -> None:
         self.raw = raw
         self.path = path
         names = [node.name for node in raw.get_outputs()]
-        if output is not None and output not in names:
-            raise OptimizeError(f"{path.name} has no output {output!r}; its outputs are {names}")
-        self.output = output or names[0]
+        wanted = judged_outputs(output)
+        unknown = [name for name in wanted if name not in names]
+        if unknown:
+            raise OptimizeError(
+                f"{path.name} has no output {unknown[0]!r}; its outputs are {names}"
+            )
+        self.outputs: tuple[str, ...] = wanted or tuple(names)
 
-    def run(self, feed: Feed) -> np.ndarray:
-        """The judged output for one feed (any batch size)."""
-        result: np.ndarray = self.raw.run([self.output], feed)[0]
+    @property
+    def output(self) -> str:
+        """The first judged output."""
+        return self.outputs[0]
+
+    def run(self, feed: Feed) -> list[np.ndarray]:
+        """The judged outputs for one feed (any batch size)."""
+        result: list[np.ndarray] = self.raw.run(list(self.outputs), feed)
         return result
 
-    def run_each(self, feeds: Sequence[Feed]) -> list[np.ndarray]:
+    def run_each(self, feeds: Sequence[Feed]) -> list[Sample]:
         """One run per feed, as a lone request is served."""
-        return [self.run(feed) for feed in feeds]
+        return [tuple(self.run(feed)) for feed in feeds]
 
-    def run_batch(self, feeds: Sequence[Feed]) -> list[np.ndarray]:
+    def run_batch(self, feeds: Sequence[Feed]) -> list[Sample]:
         """One run for all feeds (zero-padded to a common shape); one output row per feed."""
         stacked = self.run(stack_feeds(feeds))
-        return [stacked[i : i + 1] for i in range(len(feeds))]
+        return [tuple(o[i : i + 1] for o in stacked) for i in range(len(feeds))]
 
 
 def open_session(
@@ -49,7 +70,7 @@ def open_session(
     *,
     threads: int = 1,
     level: str = "all",
-    output: str | None = None,
+    output: str | Sequence[str] | None = None,
     providers: Sequence[str] | None = None,
 ) -> Session:
     """An ONNX Runtime session set up as ``runtime: onnx`` serves (one inter-op thread).

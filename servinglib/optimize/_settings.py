@@ -21,12 +21,14 @@ class OptimizeSettings:
 
     Attributes:
         method: ``auto`` (accuracy-aware search) or a fixed :class:`QuantizeOptions`.
-        metric: ``auto`` (chosen from the output, see
+        metric: ``auto`` (chosen per output, see
             :mod:`servinglib.optimize.metric_choice`), accuracy, top1, cosine,
-            relative-error, max-abs-error, or a user function ``module:function``.
-        output: the graph output judged (None: the first).
-        budgets: size, latency and accuracy-loss limits; ``max_accuracy_loss`` also bounds
-            the search (``auto`` defaults it to 0.01).
+            relative-error, max-abs-error, exact, a user function ``module:function``, or
+            ``name=metric`` pairs per output (:mod:`servinglib.optimize.judging`).
+        output: the graph outputs judged, a name, a comma list or a tuple (None: all).
+        budgets: size, latency and accuracy-loss limits; ``max_accuracy_loss`` (and
+            ``output_losses`` per output) also bound the search (``auto`` defaults the
+            limit to 0.01).
         require_invariance: reject candidates that are not batch-invariant.
         graph_level: offline optimization before quantizing: ``basic`` or ``disable``.
         measure: how latency and throughput are measured.
@@ -38,7 +40,7 @@ class OptimizeSettings:
 
     method: str | QuantizeOptions = "auto"
     metric: str = "auto"
-    output: str | None = None
+    output: str | tuple[str, ...] | None = None
     budgets: Budgets = field(default_factory=Budgets)
     require_invariance: bool = False
     graph_level: str = "basic"

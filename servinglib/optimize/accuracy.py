@@ -11,13 +11,16 @@ metric              value                                                loss
 ``relative-error``  RMSE against FP32, relative to FP32's spread (std)   max(value, 1 - rank
                                                                          correlation)
 ``max-abs-error``   largest absolute difference from FP32's outputs      value
+``exact``           share of samples whose output equals FP32's exactly  1 - value
 ==================  ===================================================  =====================
 
 ``auto`` (the default) picks one from the FP32 outputs, see
 :func:`servinglib.optimize.metric_choice.choose_metric`. A user metric is named
 ``module:function`` or ``path/file.py:function``; the function is called as
-``function(reference, candidate, labels)`` with lists of per-sample arrays (and the labels
-or None) and returns the loss, a float where 0 means "as good as FP32".
+``function(reference, candidate, labels)`` and returns the loss, a float where 0 means "as
+good as FP32". For a model with one output, ``reference`` and ``candidate`` are lists of
+per-sample arrays; with several outputs, dicts ``{output name: list of per-sample arrays}``,
+so one function sees every output. ``labels`` is the label array or None.
 
 Losses are fractions: 0.003 is 0.3 percentage points of accuracy. Outputs are compared per
 sample (one array of shape ``[1, ...]`` each); argmax is over the last axis.
@@ -34,6 +37,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,11 +45,11 @@ from servinglib.errors import ModelLoadError
 from servinglib.lifecycle.importing import import_object
 from servinglib.optimize.errors import OptimizeError
 
-__all__ = ["METRICS", "MetricResult", "baseline", "evaluate", "load_user_metric"]
+__all__ = ["METRICS", "MetricResult", "baseline", "evaluate", "evaluate_user", "load_user_metric"]
 
-METRICS = ("auto", "accuracy", "top1", "cosine", "relative-error", "max-abs-error")
+METRICS = ("auto", "accuracy", "top1", "cosine", "relative-error", "max-abs-error", "exact")
 
-UserMetric = Callable[[list[np.ndarray], list[np.ndarray], "np.ndarray | None"], float]
+UserMetric = Callable[[Any, Any, "np.ndarray | None"], float]
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,18 @@ def baseline(metric: str, reference: Sequence[np.ndarray], labels: np.ndarray | 
     return 0.0 if metric in ("max-abs-error", "relative-error") or is_user_metric(metric) else 1.0
 
 
+def _exact(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> MetricResult:
+    same = np.array(
+        [
+            r.shape == c.shape and bool(np.array_equal(r, c))
+            for r, c in zip(reference, candidate, strict=True)
+        ]
+    )
+    value = float(same.mean())
+    detail = {"disagreements": float(len(same) - same.sum())}
+    return MetricResult("exact", value, 1.0 - value, len(same), detail)
+
+
 def evaluate(
     metric: str,
     *,
@@ -132,7 +148,9 @@ def evaluate(
         )
     n = len(reference)
     if is_user_metric(metric):
-        return _user(metric, list(reference), list(candidate), labels)
+        return evaluate_user(metric, list(reference), list(candidate), labels)
+    if metric == "exact":
+        return _exact(reference, candidate)
     if metric == "accuracy":
         assert labels is not None
         value = _accuracy(candidate, labels)
@@ -220,19 +238,22 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _user(
-    metric: str,
-    reference: list[np.ndarray],
-    candidate: list[np.ndarray],
-    labels: np.ndarray | None,
+def evaluate_user(
+    metric: str, reference: Any, candidate: Any, labels: np.ndarray | None
 ) -> MetricResult:
+    """Call the user metric ``module:function`` (lists, or dicts of lists per output).
+
+    Raises:
+        OptimizeError: it cannot be loaded, raises, or returns no finite float.
+    """
     function = load_user_metric(metric)
     try:
         loss = function(reference, candidate, labels)
     except Exception as e:
         raise OptimizeError(
             f"user metric {metric!r} raised {type(e).__name__}: {e}; it is called as "
-            "function(reference, candidate, labels) with lists of per-sample arrays"
+            "function(reference, candidate, labels) with lists of per-sample arrays (one "
+            "output) or dicts of such lists by output name (several outputs)"
         ) from e
     try:
         value = float(loss)
@@ -242,7 +263,8 @@ def _user(
         ) from e
     if math.isnan(value):
         raise OptimizeError(f"user metric {metric!r} returned NaN; return a finite loss")
-    return MetricResult(metric, value, value, len(reference))
+    samples = len(next(iter(reference.values()))) if isinstance(reference, dict) else len(reference)
+    return MetricResult(metric, value, value, samples)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -10,6 +10,11 @@ when one is exceeded, so CI can hold edge targets (e.g. < 5 MB, < 15 ms median):
         runtime: onnx
         optimize_budgets: {max_size_mb: 5, max_latency_ms: 15, max_accuracy_loss: 0.003}
 
+``max_accuracy_loss`` bounds the loss of every judged output; a mapping sets it per output
+(``max_accuracy_loss: {class_logits: 0.003, amount: 0.02}``; on the command line
+``--max-accuracy-loss amount=0.02``, repeatable). An output not named keeps the plain
+limit (or ``auto``'s 0.01).
+
 Budgets belong to versions: ``servinglib selftest`` holds to them the versions listed under
 ``versions:`` or, without that key, every version but those whose ONNX model is FP32 (no
 quantized operator), so a kept FP32 rollback version is not failed for ever by an INT8
@@ -73,16 +78,21 @@ class Budgets:
         max_accuracy_loss: largest loss of the chosen metric against FP32 (a fraction:
             0.003 is 0.3 accuracy points, 0.01 is a mean cosine of 0.99).
         versions: the versions held to these budgets (None: all but FP32 ONNX versions).
+        output_losses: ``(output, limit)`` pairs overriding ``max_accuracy_loss`` per output.
     """
 
     max_size_mb: float | None = None
     max_latency_ms: float | None = None
     max_accuracy_loss: float | None = None
     versions: tuple[str, ...] | None = None
+    output_losses: tuple[tuple[str, float], ...] = ()
 
     def override(self, other: Budgets) -> Budgets:
         """These budgets with every limit ``other`` sets taking precedence."""
         changes = {f.name: getattr(other, f.name) for f in fields(other)}
+        changes["output_losses"] = tuple(
+            {**dict(self.output_losses), **dict(other.output_losses)}.items()
+        )
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def apply_to(self, version_dir: Path) -> bool:
@@ -119,17 +129,31 @@ class Budgets:
                 key_path=f"{key_path}.versions" if key_path else "versions",
             )
         values: dict[str, float] = {}
+        per_output: dict[str, float] = {}
         for key, value in raw.items():
             if key == "versions":
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(
-                    f"{value!r} is not a non-negative number; set a limit such as 5",
-                    source=source,
-                    key_path=f"{key_path}.{key}" if key_path else key,
-                )
-            values[key] = float(value)
-        return cls(**values, versions=tuple(versions) if versions is not None else None)
+            where = f"{key_path}.{key}" if key_path else key
+            if key == "max_accuracy_loss" and isinstance(value, Mapping):
+                for output, limit in value.items():
+                    per_output[str(output)] = _limit(limit, source, f"{where}.{output}")
+                continue
+            values[key] = _limit(value, source, where)
+        return cls(
+            **values,
+            versions=tuple(versions) if versions is not None else None,
+            output_losses=tuple(per_output.items()),
+        )
+
+
+def _limit(value: Any, source: str, key_path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(
+            f"{value!r} is not a non-negative number; set a limit such as 5",
+            source=source,
+            key_path=key_path,
+        )
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -148,9 +172,18 @@ class BudgetResult:
 
 
 def check_budgets(
-    budgets: Budgets, *, size_mb: float, latency_ms: float, loss: float | None
+    budgets: Budgets,
+    *,
+    size_mb: float,
+    latency_ms: float,
+    loss: float | None,
+    losses: Mapping[str, float] | None = None,
 ) -> list[BudgetResult]:
-    """Check every budget that is set; a loss that could not be measured fails its budget."""
+    """Check every budget that is set; a loss that could not be measured fails its budget.
+
+    With ``losses`` (one per judged output), the accuracy budget is checked per output
+    (``max_accuracy_loss[amount]``), each against its own limit; a NaN loss fails.
+    """
     measured = {
         "max_size_mb": size_mb,
         "max_latency_ms": latency_ms,
@@ -159,9 +192,22 @@ def check_budgets(
     results = []
     for key in BUDGET_KEYS:
         limit = getattr(budgets, key)
-        if limit is not None:
+        if key == "max_accuracy_loss" and losses is not None:
+            results += _output_losses(budgets, losses)
+        elif limit is not None:
             actual = measured[key]
             results.append(BudgetResult(key, limit, actual, actual <= limit))
+    return results
+
+
+def _output_losses(budgets: Budgets, losses: Mapping[str, float]) -> list[BudgetResult]:
+    limits = dict(budgets.output_losses)
+    results = []
+    for output, actual in losses.items():
+        limit = limits.get(output, budgets.max_accuracy_loss)
+        if limit is not None:
+            name = "max_accuracy_loss" if len(losses) == 1 else f"max_accuracy_loss[{output}]"
+            results.append(BudgetResult(name, limit, actual, actual <= limit))
     return results
 
 

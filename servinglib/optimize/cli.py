@@ -9,7 +9,9 @@ Sub-commands, each usable alone::
 
 ``run`` does it all (graph optimization, quantization or the accuracy-aware search,
 measurement, report, budgets) and exits 1 when a budget is exceeded or no candidate fits,
-2 when the input is wrong. Nothing heavy is imported until a command runs.
+2 when the input is wrong (an ``error:`` line). SIGTERM and Ctrl-C stop a command cleanly:
+temporary and staging directories are removed on the way out, and the exit code is 143 or
+130 with one line, no traceback. Nothing heavy is imported until a command runs.
 """
 
 from __future__ import annotations
@@ -21,86 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ServinglibError
+from servinglib.optimize._cli_output import print_outcome
+from servinglib.optimize._cli_types import (
+    add_quantize_options,
+    int_at_least,
+    loss_limit,
+    metric,
+    names,
+    non_negative,
+)
+from servinglib.optimize._signals import Terminated, terminate_cleanly
 
 __all__ = ["add_parser", "main", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _int_at_least(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below the minimum {low}")
-        return value
-
-    return parse
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0")
-    return value
-
-
-def _metric(text: str) -> str:
-    from servinglib.optimize.accuracy import METRICS
-
-    if text in METRICS or ":" in text:
-        return text
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not one of {', '.join(METRICS)} nor module:function"
-    )
-
-
-def _add_quantize_options(parser: argparse.ArgumentParser, *, auto: bool) -> None:
-    methods = ["dynamic", "dynamic-per-token", "static"]
-    parser.add_argument(
-        "--method",
-        choices=(["auto", *methods] if auto else methods),
-        default="auto" if auto else "dynamic",
-        help="quantization method; auto = accuracy-aware search (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--per-channel", action="store_true", help="one weight scale per output channel"
-    )
-    parser.add_argument(
-        "--reduce-range", action="store_true", help="7-bit weights (CPUs without VNNI)"
-    )
-    parser.add_argument(
-        "--exclude-op-types", type=_names, default=(), help="operator types left in float: A,B"
-    )
-    parser.add_argument(
-        "--exclude-nodes", type=_names, default=(), help="node names left in float: a,b"
-    )
-    parser.add_argument(
-        "--calibration",
-        type=Path,
-        help="calibration samples for static: .npz, .jsonl or test_data.json",
-    )
-    parser.add_argument(
-        "--calibration-method",
-        choices=["minmax", "entropy", "percentile"],
-        default="minmax",
-        help="how static calibration sets activation ranges (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-samples",
-        type=_int_at_least(1),
-        default=1000,
-        help="use at most this many samples of each file (default: %(default)s)",
-    )
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + SIGINT, 128 + SIGTERM
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -132,10 +69,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help=".npz of sample inputs, one array per input (axis 0 = batch)",
     )
     export.add_argument(
-        "--input-names", type=_names, help="input order and names (default: the .npz order)"
+        "--input-names", type=names, help="input order and names (default: the .npz order)"
     )
     export.add_argument(
-        "--output-names", type=_names, default=("output",), help="output names (default: output)"
+        "--output-names", type=names, default=("output",), help="output names (default: output)"
     )
     export.add_argument(
         "--dynamic-axis",
@@ -145,8 +82,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="another dynamic axis, e.g. input_ids:1:sequence (axis 0 is always dynamic)",
     )
     export.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17)")
-    export.add_argument("--atol", type=_non_negative, default=1e-4, help="verification atol")
-    export.add_argument("--rtol", type=_non_negative, default=1e-3, help="verification rtol")
+    export.add_argument("--atol", type=non_negative, default=1e-4, help="verification atol")
+    export.add_argument("--rtol", type=non_negative, default=1e-3, help="verification rtol")
     export.add_argument(
         "--allow-trace-warnings",
         action="store_true",
@@ -166,7 +103,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     quantize = steps.add_parser("quantize", help="INT8 quantization with one method")
     quantize.add_argument("source", type=Path, help="the FP32 ONNX model")
-    _add_quantize_options(quantize, auto=False)
+    add_quantize_options(quantize, auto=False)
     quantize.add_argument("--out", type=Path, required=True, help="the INT8 ONNX file")
 
     run_parser = steps.add_parser(
@@ -187,11 +124,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--metric",
-        type=_metric,
+        type=metric,
         default="auto",
-        help="how INT8 is compared with FP32: auto (from the output: top1 for class scores, "
-        "relative-error for regression, cosine for embeddings), accuracy, top1, cosine, "
-        "relative-error, max-abs-error, or module:function returning a loss "
+        help="how INT8 is compared with FP32, per output: auto (top1 for class scores, "
+        "relative-error for regression, cosine for embeddings, exact for integers), "
+        "accuracy, top1, cosine, relative-error, max-abs-error, exact, module:function "
+        "returning a loss (given every output), or NAME=METRIC pairs, comma-separated "
         "(default: %(default)s)",
     )
     run_parser.add_argument(
@@ -200,8 +138,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="ground-truth labels of the validation samples (.npy, .npz with `labels`, or "
         "one per line): task accuracy is reported next to agreement with FP32",
     )
-    run_parser.add_argument("--output", help="graph output judged (default: the first)")
-    _add_quantize_options(run_parser, auto=True)
+    run_parser.add_argument(
+        "--output", help="graph outputs judged, comma-separated (default: every output)"
+    )
+    add_quantize_options(run_parser, auto=True)
     run_parser.add_argument(
         "--graph-level",
         choices=["disable", "basic", "extended"],
@@ -209,15 +149,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="graph optimization before quantizing (default: %(default)s); extended is "
         "refused: its fused operators cannot be quantized",
     )
-    run_parser.add_argument("--max-size-mb", type=_non_negative, help="budget: model size in MB")
+    run_parser.add_argument("--max-size-mb", type=non_negative, help="budget: model size in MB")
     run_parser.add_argument(
-        "--max-latency-ms", type=_non_negative, help="budget: median single-request latency in ms"
+        "--max-latency-ms", type=non_negative, help="budget: median single-request latency in ms"
     )
     run_parser.add_argument(
         "--max-accuracy-loss",
-        type=_non_negative,
-        help="budget: loss of the metric vs FP32, a fraction (0.003 = 0.3 points); "
-        "auto defaults to 0.01",
+        type=loss_limit,
+        action="append",
+        default=[],
+        metavar="[NAME=]LOSS",
+        help="budget: loss of each output's metric vs FP32, a fraction (0.003 = 0.3 "
+        "points); NAME=LOSS for one output (repeatable); auto defaults to 0.01",
     )
     run_parser.add_argument("--config", type=Path, help="read optimize_budgets from this file")
     run_parser.add_argument(
@@ -232,36 +175,42 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run_parser.add_argument(
         "--invariance-tolerance",
-        type=_non_negative,
+        type=non_negative,
         default=1e-3,
         help="relative deviation still called batch-invariant (default: %(default)s)",
     )
     run_parser.add_argument(
         "--invariance-batch-size",
-        type=_int_at_least(2),
+        type=int_at_least(2),
         default=8,
         help="mixed batch size (default: 8)",
     )
     run_parser.add_argument(
         "--threads",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=1,
         help="intra-op threads when measuring (default: 1)",
     )
     run_parser.add_argument(
-        "--warmup", type=_int_at_least(0), default=20, help="warm-up runs (default: 20)"
+        "--warmup", type=int_at_least(0), default=20, help="warm-up runs (default: 20)"
     )
     run_parser.add_argument(
-        "--iterations", type=_int_at_least(1), default=100, help="runs per round (default: 100)"
+        "--iterations", type=int_at_least(1), default=100, help="runs per round (default: 100)"
     )
     run_parser.add_argument(
-        "--repeats", type=_int_at_least(1), default=5, help="rounds (default: 5)"
+        "--repeats", type=int_at_least(1), default=5, help="rounds (default: 5)"
     )
     run_parser.add_argument(
         "--batch-size",
-        type=_int_at_least(1),
+        type=int_at_least(1),
         default=32,
         help="throughput batch size (default: 32)",
+    )
+    run_parser.add_argument(
+        "--min-round-s",
+        type=non_negative,
+        default=0.2,
+        help="least time each model spends in one throughput round (default: %(default)s)",
     )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -270,17 +219,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed ``optimize`` command; returns the exit code."""
     try:
-        command = args.optimize_command
-        if command == "export":
-            return _export(args)
-        if command == "graph":
-            return _graph(args)
-        if command == "quantize":
-            return _quantize(args)
-        return _run(args)
+        with terminate_cleanly():
+            command = args.optimize_command
+            if command == "export":
+                return _export(args)
+            if command == "graph":
+                return _graph(args)
+            if command == "quantize":
+                return _quantize(args)
+            return _run(args)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted: temporary files removed, --out left as it was", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print("terminated: temporary files removed, --out left as it was", file=sys.stderr)
+        return EXIT_TERMINATED
 
 
 def _quantize_options(args: argparse.Namespace) -> Any:
@@ -306,8 +262,8 @@ def _export(args: argparse.Namespace) -> int:
         raise OptimizeError(f"--sample {args.sample}: expected an existing .npz of inputs")
     with np.load(args.sample, allow_pickle=False) as archive:
         arrays = {name: archive[name] for name in archive.files}
-    names = list(args.input_names or arrays)
-    missing = [n for n in names if n not in arrays]
+    input_names = list(args.input_names or arrays)
+    missing = [n for n in input_names if n not in arrays]
     if missing:
         raise OptimizeError(f"{args.sample} has no arrays {missing}; it has {list(arrays)}")
     axes: dict[str, dict[int, str]] = {}
@@ -319,7 +275,7 @@ def _export(args: argparse.Namespace) -> int:
     module = load_module(args.model, weights=args.weights)
     result = export_module(
         module,
-        {n: arrays[n] for n in names},
+        {n: arrays[n] for n in input_names},
         args.out,
         output_names=list(args.output_names),
         dynamic_axes=axes,
@@ -332,6 +288,10 @@ def _export(args: argparse.Namespace) -> int:
     for shapes in result.checked_shapes:
         print(f"  {shapes}")
     print(f"max |ONNX Runtime - PyTorch| = {result.max_abs_error:.3g}")
+    if result.ignored_warnings:
+        print("ignored warnings raised inside PyTorch itself (not in your code):")
+        for warning in result.ignored_warnings:
+            print(f"  {warning}")
     return EXIT_OK
 
 
@@ -379,11 +339,18 @@ def _run(args: argparse.Namespace) -> int:
                 "must be batch-invariant (--require-batch-invariance)",
                 file=sys.stderr,
             )
+    plain = [limit for name, limit in args.max_accuracy_loss if name is None]
+    if len(plain) > 1:
+        raise OptimizeError(
+            f"--max-accuracy-loss given {len(plain)} limits for every output; give one, and "
+            "NAME=LOSS for the outputs that differ"
+        )
     budgets = budgets.override(
         Budgets(
             max_size_mb=args.max_size_mb,
             max_latency_ms=args.max_latency_ms,
-            max_accuracy_loss=args.max_accuracy_loss,
+            max_accuracy_loss=plain[0] if plain else None,
+            output_losses=tuple((n, v) for n, v in args.max_accuracy_loss if n is not None),
         )
     )
     destination = args.out or args.source.with_name(args.source.stem + ".int8.onnx")
@@ -400,6 +367,7 @@ def _run(args: argparse.Namespace) -> int:
             iterations=args.iterations,
             repeats=args.repeats,
             batch_size=args.batch_size,
+            min_round_s=args.min_round_s,
         ),
         invariance_tolerance=args.invariance_tolerance,
         invariance_batch_size=args.invariance_batch_size,
@@ -415,21 +383,7 @@ def _run(args: argparse.Namespace) -> int:
         report_dir=args.report_dir,
         settings=settings,
     )
-    document = outcome.report.to_dict()
-    if outcome.model is not None:
-        change, accuracy = document["change"], document["accuracy"]
-        print(
-            f"wrote {outcome.model} ({document['chosen']}): "
-            f"size {-change['size_reduction_pct']:+.1f} %, "
-            f"speed-up p50 {change['p50_speedup']:.2f}x, p95 {change['p95_speedup']:.2f}x, "
-            f"{accuracy['metric']} loss {accuracy['loss']:.4g}"
-        )
-    print(f"metric {document['accuracy']['metric']}: {document['accuracy']['why']}")
-    if document["chosen"]:
-        print(f"chosen {document['chosen']}: {document['choice_reason']}")
-    for warning in document["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"report: {outcome.files.markdown} (+ .json, .png)")
+    print_outcome(outcome)
     for failure in outcome.failures:
         print(f"FAILED: {failure}", file=sys.stderr)
     return EXIT_OK if outcome.passed else EXIT_FAILED

@@ -17,6 +17,11 @@ than B only when all of these hold:
 Otherwise the two are *indistinguishable*, and the search decides on batch invariance, then
 size, then loss, all of which are measured exactly.
 
+The report's speed-ups (:func:`speed_claim`) follow the same rule: p50, p95 and throughput
+are each called faster or slower only when their rounds separate that way, and come with
+the interval of the per-round ratios (lowest to highest paired round); otherwise "no
+measurable difference" is all that is claimed.
+
 Example::
 
     verdict = compare_rounds(a.rounds_p50_ms, b.rounds_p50_ms)
@@ -31,7 +36,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MIN_EFFECT", "ROUND_SPREAD_WARNING", "Comparison", "compare_rounds", "round_spread"]
+__all__ = [
+    "MIN_EFFECT",
+    "NO_DIFFERENCE",
+    "ROUND_SPREAD_WARNING",
+    "Comparison",
+    "SpeedClaim",
+    "compare_rounds",
+    "round_spread",
+    "speed_claim",
+]
 
 MIN_EFFECT = 0.03
 SIGNIFICANCE = 0.05
@@ -102,3 +116,64 @@ def round_spread(rounds: Sequence[float]) -> float:
         return 0.0
     median = float(np.median(rounds))
     return (max(rounds) - min(rounds)) / median if median > 0 else 0.0
+
+
+NO_DIFFERENCE = "no measurable difference"
+
+
+@dataclass(frozen=True)
+class SpeedClaim:
+    """FP32 time / INT8 time for one figure, its per-round interval and what may be claimed.
+
+    ``ratio`` above 1 means INT8 is faster; ``verdict`` is ``faster``, ``slower`` or
+    :data:`NO_DIFFERENCE`; ``low`` and ``high`` are the lowest and highest paired round ratio.
+    """
+
+    figure: str
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    verdict: str
+    why: str
+
+    @property
+    def claimed(self) -> bool:
+        """True when the rounds separate: a speed-up (or slow-down) may be stated."""
+        return self.verdict != NO_DIFFERENCE
+
+    def describe(self) -> str:
+        """E.g. ``p50 2.23x faster (rounds 2.10-2.31x)`` or ``p95: no measurable ...``."""
+        interval = f"rounds {self.low:.2f}-{self.high:.2f}x"
+        if not self.claimed:
+            return f"{self.figure}: {NO_DIFFERENCE} ({self.ratio:.2f}x, {interval}; {self.why})"
+        shown = self.ratio if self.ratio >= 1 else 1 / self.ratio
+        return f"{self.figure} {shown:.2f}x {self.verdict} ({interval})"
+
+
+def speed_claim(
+    figure: str, fp32_times: Sequence[float], int8_times: Sequence[float]
+) -> SpeedClaim:
+    """What may be said of INT8 against FP32 from paired round times (ms, or s per sample)."""
+    verdict = compare_rounds(int8_times, fp32_times)
+    rounds = verdict.rounds
+    ratios = [f / i for f, i in zip(fp32_times[:rounds], int8_times[:rounds], strict=True) if i > 0]
+    median_int8 = float(np.median(int8_times)) if len(int8_times) else 0.0
+    ratio = float(np.median(fp32_times)) / median_int8 if median_int8 > 0 else 1.0
+    low, high = (min(ratios), max(ratios)) if ratios else (ratio, ratio)
+    said = NO_DIFFERENCE
+    if verdict.faster is True and low > 1.0:
+        said = "faster"
+    elif verdict.faster is False and high < 1.0:
+        said = "slower"
+    if verdict.needed > rounds:
+        why = f"{rounds} round(s) are too few to tell; use --repeats 5 or more"
+    elif verdict.spread > ROUND_SPREAD_WARNING:
+        why = f"rounds spread by {verdict.spread:.0%}: a busy machine"
+    elif abs(1.0 - verdict.ratio) < MIN_EFFECT:
+        why = f"less than {MIN_EFFECT:.0%} apart"
+    else:
+        why = (
+            f"INT8 faster in {verdict.wins} of {rounds} rounds, {verdict.needed} needed either way"
+        )
+    return SpeedClaim(figure, ratio, low, high, rounds, said, why)

@@ -7,8 +7,13 @@ so the graph is then *verified*: run by ONNX Runtime on the sample, on a batch o
 with each dynamic non-batch axis one shorter, and on float inputs of other signs and ranges
 (negated, times 10, times 0.1, random of the sample's spread), every output compared with PyTorch on
 the same inputs. A branch on a tensor's value (``if x.sum() > 0:``) is fixed at trace time;
-the exporter warns about it (``TracerWarning``) and such a warning fails the export unless
-``allow_trace_warnings``. The file appears at ``path`` only once verified.
+the exporter warns about it (``TracerWarning``) and such a warning, raised from the user's
+code, fails the export unless ``allow_trace_warnings``. TracerWarnings raised inside PyTorch
+itself (``nn.LSTM``, ``nn.GRU``, ``nn.MultiheadAttention`` check their own shapes) say
+nothing about the user's module: they are ignored and listed in the result. PyTorch's fused
+inference fast paths (``nn.TransformerEncoder``'s nested tensors, the fused attention of
+``nn.MultiheadAttention``) have no ONNX export; they are switched off during the export and
+its verification. The file appears at ``path`` only once verified.
 
 Example::
 
@@ -35,6 +40,7 @@ from servinglib.lifecycle.importing import import_object
 from servinglib.optimize._deps import require
 from servinglib.optimize._files import StagedOutput
 from servinglib.optimize._messages import first_line
+from servinglib.optimize._torch_export import exportable_torch, trace_warnings
 from servinglib.optimize.errors import ExportVerificationError, OptimizeError
 
 __all__ = ["DEFAULT_OPSET", "ExportResult", "export_module", "load_module"]
@@ -55,6 +61,7 @@ class ExportResult:
     max_abs_error: float
     checked_shapes: tuple[str, ...]
     trace_warnings: tuple[str, ...] = ()
+    ignored_warnings: tuple[str, ...] = ()  # TracerWarnings raised inside PyTorch itself
 
 
 def load_module(reference: str, *, weights: Path | None = None, root: Path | None = None) -> Any:
@@ -139,7 +146,7 @@ def export_module(
     name = type(module).__name__
     _check_outputs(module, sample, list(output_names))
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in sample.values())
-    with StagedOutput(path) as staged:
+    with StagedOutput(path) as staged, exportable_torch(torch):
         try:
             with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", torch.jit.TracerWarning)
@@ -158,7 +165,7 @@ def export_module(
             raise OptimizeError(
                 f"torch.onnx.export of {name} failed: {type(e).__name__}: {first_line(e)}"
             ) from e
-        traced = _trace_warnings(torch, caught)
+        traced, ignored = trace_warnings(torch, caught)
         if traced and not allow_trace_warnings:
             raise ExportVerificationError(
                 f"exporting {name}: the trace fixed values that may differ on other inputs:\n"
@@ -182,19 +189,8 @@ def export_module(
         max_abs_error=worst,
         checked_shapes=tuple(shapes),
         trace_warnings=tuple(traced),
+        ignored_warnings=tuple(ignored),
     )
-
-
-def _trace_warnings(torch: Any, caught: Sequence[warnings.WarningMessage]) -> list[str]:
-    """The exporter's TracerWarnings, each with the user's line it points at."""
-    found = []
-    for item in caught:
-        if issubclass(item.category, torch.jit.TracerWarning):
-            text = str(item.message).strip().splitlines()[0]
-            found.append(f"{Path(item.filename).name}:{item.lineno}: {text}")
-        else:  # not ours to judge: pass it on as it came
-            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-    return list(dict.fromkeys(found))
 
 
 def _check_outputs(module: Any, sample: Mapping[str, np.ndarray], output_names: list[str]) -> None:
@@ -289,15 +285,38 @@ def _verify(
 ) -> tuple[float, list[str]]:
     torch = require("torch", "verifying an export")
     ort = require("onnxruntime", "verifying an export")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a failing variant is reported below, once
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    # an input the traced graph does not use (e.g. a mask the module ignores) is dropped
+    graph_inputs = {value.name for value in session.get_inputs()}
     shown = path.name
     worst = 0.0
     checked = []
     for label, feed in _variants(sample, axes):
-        with torch.no_grad():
-            expected = module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in feed.values()))
+        shapes = {n: list(a.shape) for n, a in feed.items()}
+        try:
+            with torch.no_grad():
+                expected = module(
+                    *(torch.from_numpy(np.ascontiguousarray(a)) for a in feed.values())
+                )
+        except Exception as e:
+            raise ExportVerificationError(
+                f"{shown}: PyTorch fails on the {label} input {shapes}: "
+                f"{type(e).__name__}: {first_line(e)}; the exported dynamic axes promise "
+                "such inputs work: drop the axis from --dynamic-axis or fix the module"
+            ) from e
         expected_list = [expected] if isinstance(expected, torch.Tensor) else list(expected)
-        actual = session.run(output_names, feed)
+        try:
+            actual = session.run(output_names, {n: a for n, a in feed.items() if n in graph_inputs})
+        except Exception as e:
+            raise ExportVerificationError(
+                f"{shown}: ONNX Runtime cannot run the exported graph on the {label} input "
+                f"{shapes}: {type(e).__name__}: {first_line(e)}; the trace fixed a shape or "
+                "value that input changes (a Python int from .size() or .item(), a reshape "
+                "to constant sizes): compute it with tensor operations, or export without "
+                "that dynamic axis"
+            ) from e
         for name, want, got in zip(output_names, expected_list, actual, strict=True):
             want_np = want.detach().numpy()
             if want_np.shape != got.shape:
@@ -311,7 +330,7 @@ def _verify(
                 raise ExportVerificationError(
                     f"{shown}: output {name!r} differs from PyTorch by up to {error.max():.3g} "
                     f"(> {atol} + {rtol}·|y|) on the {label} input "
-                    f"{ {n: list(a.shape) for n, a in feed.items()} }; the traced graph does "
+                    f"{shapes}; the traced graph does "
                     "not generalise (data-dependent control flow?): rewrite that branch with "
                     "tensor operations, or export with a sample that takes the general path"
                 )

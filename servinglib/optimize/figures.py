@@ -13,10 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from servinglib.optimize._files import model_size_mb
 from servinglib.optimize._progress import Progress
 from servinglib.optimize._session import open_session
-from servinglib.optimize.accuracy import baseline as baseline_value
 from servinglib.optimize.invariance import check_batch_invariance
 from servinglib.optimize.measure import measure_latency, measure_throughput
 from servinglib.optimize.report import ModelFigures
@@ -36,8 +37,14 @@ def measure_models(
     search: SearchResult,
     settings: OptimizeSettings,
     progress: Progress,
+    *,
+    fp32_value: float,
 ) -> tuple[ModelFigures, ModelFigures | None]:
-    """Latency, throughput and invariance of the FP32 and the INT8 model, side by side."""
+    """Latency, throughput and invariance of the FP32 and the INT8 model, side by side.
+
+    ``optimized`` is the INT8 file and its deciding output's metric value; ``fp32_value`` the
+    FP32 model's value of that metric.
+    """
     measure = settings.measure
     reference = search.reference_outputs
     sessions = {"fp32": open_session(source, threads=measure.threads, output=settings.output)}
@@ -54,6 +61,15 @@ def measure_models(
     figures = {}
     for name, session in sessions.items():
         alone = reference if name == "fp32" else session.run_each(valid.feeds)
+        from_fp32 = max(
+            (
+                float(np.max(np.abs(a.astype(np.float64) - r.astype(np.float64))))
+                for sample, ref in zip(alone, reference, strict=True)
+                for a, r in zip(sample, ref, strict=True)
+                if a.shape == r.shape and a.size
+            ),
+            default=0.0,
+        )
         invariance = check_batch_invariance(
             session.run_each,
             session.run_batch,
@@ -67,9 +83,8 @@ def measure_models(
             size_mb=model_size_mb(session.path),
             latency=latency[name],
             throughput=throughput[name],
-            metric_value=baseline_value(search.metric, reference, valid.labels)
-            if name == "fp32" or optimized is None
-            else optimized[1],
+            metric_value=fp32_value if name == "fp32" or optimized is None else optimized[1],
             invariance=invariance,
+            max_abs_diff_fp32=from_fp32,
         )
     return figures["fp32"], figures.get("int8")

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 DEFAULT_TOLERANCE = 1e-3
-RunEach = Callable[[Sequence[Any]], list[np.ndarray]]
+RunEach = Callable[[Sequence[Any]], Sequence[Any]]  # per sample: an array or a tuple of them
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ def _trim(batched: np.ndarray, alone: np.ndarray) -> np.ndarray:
     if batched.shape == alone.shape:
         return batched
     return batched[tuple(slice(0, n) for n in alone.shape)]
+
+
+def _parts(output: Any) -> tuple[np.ndarray, ...]:
+    return tuple(output) if isinstance(output, tuple | list) else (output,)
 
 
 def _largest_float(item: Any) -> float:
@@ -112,7 +116,7 @@ def check_batch_invariance(
     trials: int = 2,
     tolerance: float = DEFAULT_TOLERANCE,
     seed: int = 0,
-    alone: Sequence[np.ndarray] | None = None,
+    alone: Sequence[Any] | None = None,
 ) -> InvarianceResult:
     """Compare each sample's output alone with its outputs inside mixed batches.
 
@@ -134,17 +138,20 @@ def check_batch_invariance(
     for indices in batches:
         outputs = run_batch([feeds[i] for i in indices])
         for i, batched in zip(indices, outputs, strict=True):
-            reference = alone[i].astype(np.float64)
-            row = _trim(batched, alone[i]).astype(np.float64)
-            diff = float(np.max(np.abs(row - reference))) if reference.size else 0.0
-            scale = max(float(np.max(np.abs(reference))) if reference.size else 0.0, 1e-12)
-            worst_abs[i] = max(worst_abs[i], diff)
-            worst_rel[i] = max(worst_rel[i], diff / scale)
-            if reference.ndim and reference.shape[-1] > 1:
-                top1_changed[i] |= bool(
-                    np.argmax(row.reshape(-1, row.shape[-1])[0])
-                    != np.argmax(reference.reshape(-1, reference.shape[-1])[0])
-                )
+            # a sample's outputs: one array, or a tuple of them (models with several outputs),
+            # each compared on its own scale
+            for part_alone, part_batched in zip(_parts(alone[i]), _parts(batched), strict=True):
+                reference = part_alone.astype(np.float64)
+                row = _trim(part_batched, part_alone).astype(np.float64)
+                diff = float(np.max(np.abs(row - reference))) if reference.size else 0.0
+                scale = max(float(np.max(np.abs(reference))) if reference.size else 0.0, 1e-12)
+                worst_abs[i] = max(worst_abs[i], diff)
+                worst_rel[i] = max(worst_rel[i], diff / scale)
+                if reference.ndim and reference.shape[-1] > 1:
+                    top1_changed[i] |= bool(
+                        np.argmax(row.reshape(-1, row.shape[-1])[0])
+                        != np.argmax(reference.reshape(-1, reference.shape[-1])[0])
+                    )
     return InvarianceResult(
         batch_size=batch_size,
         batches=len(batches),

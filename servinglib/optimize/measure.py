@@ -4,7 +4,9 @@ Latency and throughput are taken the same way for every model compared: warm-up 
 (not counted), then ``repeats`` rounds of ``iterations`` runs. The models take turns run by
 run, so a burst of load from elsewhere on the machine hits all of them alike. Each round
 gives a p50 and a p95 per model; the reported figure is the median over rounds, which a
-single disturbed round cannot move.
+single disturbed round cannot move. A throughput round runs batches until every model has
+spent at least ``min_round_s`` on them (and at least ``iterations // 10`` batches): a round
+of a few hundred microseconds measures the timer and the scheduler, not the model.
 
 Example::
 
@@ -39,6 +41,7 @@ __all__ = [
 ]
 
 Clock = Callable[[], float]
+_MAX_RUNS = 100_000  # a throughput round never runs more batches than this
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class MeasureSettings:
         iterations: runs per round for latency (batches per round for throughput).
         repeats: rounds; figures are the median over rounds.
         batch_size: batch size of the throughput measurement.
+        min_round_s: least time each model spends in one throughput round.
     """
 
     threads: int = 1
@@ -58,6 +62,7 @@ class MeasureSettings:
     iterations: int = 100
     repeats: int = 5
     batch_size: int = 32
+    min_round_s: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -170,14 +175,16 @@ def measure_throughput(
         for _ in range(max(1, settings.warmup // 4)):
             session.run(batch)
     rounds: dict[str, list[float]] = {name: [] for name in sessions}
-    runs = max(1, settings.iterations // 10)
+    least = max(1, settings.iterations // 10)
     for _ in range(max(1, settings.repeats)):
         elapsed = dict.fromkeys(sessions, 0.0)
-        for _ in range(runs):
+        runs = 0
+        while runs < least or (min(elapsed.values()) < settings.min_round_s and runs < _MAX_RUNS):
             for name, session in sessions.items():
                 start = clock()
                 session.run(batch)
                 elapsed[name] += clock() - start
+            runs += 1
         for name, seconds in elapsed.items():
             rounds[name].append(size * runs / max(seconds, 1e-12))
     return {

@@ -4,6 +4,7 @@ A metric must be able to see the errors quantization makes on that kind of outpu
 cosine of two one-value outputs is 1 whenever they have the same sign, so it is blind to a
 scalar regressor being off by a minute. The rules, first match wins:
 
+0. integer (or boolean) values: ids, counts, class indices → ``exact`` agreement with FP32;
 1. one value per sample (a scalar, ``[1, 1]``): a regression output → ``relative-error``;
 2. labels given and a vector per sample: a classifier → ``top1`` (accuracy reported next to it);
 3. the output's name says it (``logits``, ``probs``, ``class``, ``score`` → ``top1``;
@@ -44,6 +45,11 @@ def choose_metric(
         return metric, f"the user metric named by --metric {metric}"
     if metric != "auto":
         return metric, f"named by --metric {metric}"
+    if reference and all(o.dtype.kind in "biu" for o in reference):
+        return "exact", (
+            f"output {output!r} holds integers (ids, counts or class indices): the share of "
+            "samples equal to FP32's exactly"
+        )
     sizes = {int(o.size) for o in reference}
     if sizes == {1}:
         return "relative-error", (

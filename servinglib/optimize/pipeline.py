@@ -4,8 +4,12 @@
    reads it; ONNX Runtime fuses the rest when the served session loads);
 2. quantization: one fixed method, or the accuracy-aware search over candidates;
 3. measurement of the FP32 original and the chosen INT8 model, side by side: size,
-   single-request p50/p95, batched throughput, the metric, batch invariance;
+   single-request p50/p95, batched throughput, the metric of every output, batch invariance;
 4. budgets; 5. the report (JSON, Markdown, PNG).
+
+Without ``calibration``, static candidates are calibrated on half of the validation samples
+(every other one) and every candidate is scored on the other half, so no candidate is
+judged on the samples it was calibrated on.
 
 Example::
 
@@ -22,21 +26,29 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from servinglib.optimize._files import StagedOutput, copy_model, refuse_overwriting_source
 from servinglib.optimize._progress import Progress
+from servinglib.optimize._run_warnings import run_warnings
 from servinglib.optimize._settings import OptimizeSettings, validate_settings
-from servinglib.optimize.budgets import check_budgets
-from servinglib.optimize.compare import ROUND_SPREAD_WARNING, round_spread
+from servinglib.optimize.budgets import Budgets, check_budgets
+from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.figures import measure_models
 from servinglib.optimize.graph import GraphResult, optimize_graph
-from servinglib.optimize.measure import CpuInfo, cpu_info
+from servinglib.optimize.judging import ALL_OUTPUTS, baselines
+from servinglib.optimize.measure import cpu_info
 from servinglib.optimize.quantize import QuantizeOptions
-from servinglib.optimize.report import ModelFigures, OptimizeReport, ReportFiles, write_report
+from servinglib.optimize.report import (
+    ModelFigures,
+    OptimizeReport,
+    OutputRow,
+    ReportFiles,
+    write_report,
+)
 from servinglib.optimize.samples import SampleSet, input_specs, load_labels, load_samples
 from servinglib.optimize.search import (
     SearchResult,
@@ -102,11 +114,9 @@ def optimize_model(
     calib = load_samples(calibration, specs, settings.max_samples) if calibration else None
     warnings: list[str] = []
     if (fixed is None or fixed.method == "static") and calib is None:
-        calib = valid
-        warnings.append(
-            "static candidates were calibrated on the validation samples (no --calibration "
-            "given): their accuracy may look better than on unseen data"
-        )
+        valid, calib, note = _split_halves(valid, static_only=fixed is not None)
+        if note:
+            warnings.append(note)
     base = [fixed] if fixed is not None else auto_candidates(source, calib is not None)
     search_steps = planned_steps(len(base), SearchSettings())
     progress = Progress(search_steps + 5, enabled=settings.progress)
@@ -120,10 +130,11 @@ def optimize_model(
             loss = chosen.metric.loss if chosen and chosen.metric else None
             budget_results = (
                 check_budgets(
-                    settings.budgets,
+                    _search_budgets(settings, fixed),
                     size_mb=optimized.size_mb,
                     latency_ms=optimized.latency.p50_ms,
                     loss=loss,
+                    losses={s.output: s.result.loss for s in chosen.scores} if chosen else None,
                 )
                 if optimized is not None
                 else []
@@ -136,7 +147,10 @@ def optimize_model(
             if optimized is not None:
                 optimized = replace(optimized, path=destination)
         cpu = cpu_info()
-        warnings += _warnings(baseline, optimized, search, cpu, settings)
+        warnings += run_warnings(baseline, optimized, search, cpu, settings)
+        deciding = chosen.deciding if chosen else None
+        judges = {j.output: j for j in search.judges}
+        decider = judges[deciding.output] if deciding else search.judges[0]
         report = OptimizeReport(
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             versions=_versions(),
@@ -147,11 +161,13 @@ def optimize_model(
             optimized=optimized,
             chosen=chosen.name if chosen else None,
             choice_reason=search.choice_reason,
-            metric=search.metric,
-            metric_reason=search.metric_reason,
+            metric=decider.metric,
+            metric_reason=decider.reason,
             loss=loss,
-            max_loss=run.max_loss,
+            max_loss=decider.max_loss if fixed is None else _budget_for(settings, decider.output),
             metric_detail=dict(chosen.metric.detail) if chosen and chosen.metric else {},
+            outputs=_output_rows(search, run.fp32_values, settings, fixed),
+            weights=chosen.weights if chosen else None,
             candidates=tuple(search.candidates),
             budgets=tuple(budget_results),
             warnings=tuple(warnings),
@@ -171,43 +187,71 @@ def optimize_model(
     )
 
 
-def _warnings(
-    baseline: ModelFigures,
-    optimized: ModelFigures | None,
-    search: SearchResult,
-    cpu: CpuInfo,
-    settings: OptimizeSettings,
-) -> list[str]:
-    found = []
-    if optimized is not None and not optimized.invariance.invariant:
-        found.append(
-            f"the INT8 model is not batch-invariant: served in a batch, a request's output "
-            f"moves by up to {optimized.invariance.worst_relative:.3g} (relative) compared "
-            f"with served alone (tolerance {settings.invariance_tolerance:g}); with dynamic "
-            "batching prefer a batch-invariant method (dynamic-per-token or static)"
-        )
-    if not cpu.vnni:
-        found.append(
-            "this CPU has no VNNI: u8xs8 INT8 kernels may saturate and run slower; "
-            "consider --reduce-range"
-        )
-    measured = [("latency", "FP32", baseline.latency.rounds_p50_ms)]
-    measured.append(("throughput", "FP32", baseline.throughput.rounds_samples_per_s))
-    if optimized is not None:
-        measured.append(("latency", "INT8", optimized.latency.rounds_p50_ms))
-        measured.append(("throughput", "INT8", optimized.throughput.rounds_samples_per_s))
-    measured += [
-        ("latency", c.name, c.latency.rounds_p50_ms) for c in search.candidates if c.latency
-    ]
-    for figure, name, rounds in measured:
-        spread = round_spread(rounds)
-        if spread > ROUND_SPREAD_WARNING:
-            found.append(
-                f"{figure} rounds of {name} differ by {spread:.0%} (more than "
-                f"{ROUND_SPREAD_WARNING:.0%}): the machine was busy or throttling; rerun on "
-                f"a quiet machine or raise --repeats before trusting the {figure} figures"
+def _split_halves(
+    valid: SampleSet, *, static_only: bool
+) -> tuple[SampleSet, SampleSet | None, str]:
+    """Calibration and scoring halves of ``valid`` (every other sample), and a note saying so.
+
+    Raises:
+        OptimizeError: a fixed static method with fewer than two samples.
+    """
+    if len(valid) < 2:
+        if static_only:
+            raise OptimizeError(
+                f"{valid.source} holds one sample: static quantization without --calibration "
+                "calibrates on half of the validation samples and scores on the other half; "
+                "pass --calibration FILE or more validation samples"
             )
-    return found
+        return valid, None, "one validation sample: static candidates skipped (no --calibration)"
+    scored, calibrated = valid.every_other(1), valid.every_other(0)
+    note = (
+        f"no --calibration: static candidates were calibrated on {len(calibrated)} of the "
+        f"validation samples and every candidate was scored on the other {len(scored)}; "
+        "pass --calibration FILE to score on all of them"
+    )
+    return scored, calibrated, note
+
+
+def _search_budgets(settings: OptimizeSettings, fixed: QuantizeOptions | None) -> Budgets:
+    """The budgets checked after the search (auto: the loss limit defaults to 0.01)."""
+    budgets = settings.budgets
+    if fixed is None and budgets.max_accuracy_loss is None:
+        return replace(budgets, max_accuracy_loss=0.01)
+    return budgets
+
+
+def _budget_for(settings: OptimizeSettings, output: str) -> float | None:
+    limits = dict(settings.budgets.output_losses)
+    return limits.get(output, settings.budgets.max_accuracy_loss)
+
+
+def _output_rows(
+    search: SearchResult,
+    fp32_values: dict[str, float],
+    settings: OptimizeSettings,
+    fixed: QuantizeOptions | None,
+) -> tuple[OutputRow, ...]:
+    chosen = search.chosen
+    scores = {s.output: s for s in chosen.scores} if chosen else {}
+    rows = []
+    for j in search.judges:
+        score = scores.get(j.output)
+        limit = j.max_loss if fixed is None else _budget_for(settings, j.output)
+        loss = score.result.loss if score else None
+        rows.append(
+            OutputRow(
+                output=j.output if j.output != ALL_OUTPUTS else "all outputs",
+                metric=j.metric,
+                why=j.reason,
+                fp32=fp32_values.get(j.output, 0.0),
+                optimized=score.result.value if score else None,
+                loss=loss,
+                max_loss=limit,
+                passed=None if loss is None else bool(limit is None or loss <= limit),
+                detail=dict(score.result.detail) if score else {},
+            )
+        )
+    return tuple(rows)
 
 
 @dataclass
@@ -221,6 +265,8 @@ class _Run:
     settings: OptimizeSettings
     fixed: QuantizeOptions | None
     progress: Progress
+
+    fp32_values: dict[str, float] = field(default_factory=dict)
 
     @property
     def max_loss(self) -> float | None:
@@ -251,6 +297,9 @@ class _Run:
                     metric=settings.metric,
                     # a fixed method is always built; its budgets are checked afterwards
                     max_loss=self.max_loss if self.fixed is None else None,
+                    output_losses=dict(settings.budgets.output_losses)
+                    if self.fixed is None
+                    else {},
                     max_size_mb=settings.budgets.max_size_mb if self.fixed is None else None,
                     require_invariance=settings.require_invariance,
                     invariance_tolerance=settings.invariance_tolerance,
@@ -264,13 +313,17 @@ class _Run:
             chosen = search.chosen
             if chosen is not None and chosen.path is not None:
                 copy_model(chosen.path, self.staged)
+            self.fp32_values = baselines(search.judges, search.reference, self.valid.labels)
+            deciding = chosen.deciding if chosen else None
+            first = deciding.output if deciding else search.judges[0].output
             baseline, optimized = measure_models(
                 self.source,
-                (self.staged, chosen.metric.value) if chosen and chosen.metric else None,
+                (self.staged, deciding.result.value) if deciding else None,
                 self.valid,
                 search,
                 settings,
                 self.progress,
+                fp32_value=self.fp32_values[first],
             )
         return graph, search, baseline, optimized
 
@@ -306,5 +359,6 @@ def _settings_dict(
             "max_size_mb": settings.budgets.max_size_mb,
             "max_latency_ms": settings.budgets.max_latency_ms,
             "max_accuracy_loss": settings.budgets.max_accuracy_loss,
+            "max_accuracy_loss_per_output": dict(settings.budgets.output_losses),
         },
     }

@@ -11,6 +11,12 @@
 ``per_channel`` gives each output channel of a weight its own scale; ``reduce_range`` uses
 7-bit weights, for CPUs without VNNI whose u8xs8 instructions can saturate.
 
+Excluded node names are those of the source graph. ONNX Runtime's dynamic quantizer first
+rewrites every ``Gemm`` into ``MatMul`` (+ ``Add``) named ``<name>_MatMul``: an excluded
+``Gemm`` is passed on under that name too, or it would be quantized all the same. A name
+the graph does not have is refused; the result lists the excluded nodes that kept float
+weights, which is what a label such as ``2 node(s) excluded`` counts.
+
 Example::
 
     options = QuantizeOptions(method="static", per_channel=True)
@@ -67,8 +73,11 @@ class QuantizeOptions:
     exclude_nodes: tuple[str, ...] = ()
     calibration_method: str = "minmax"
 
-    def describe(self) -> str:
-        """A short human label, e.g. ``static per-channel, 2 nodes excluded``."""
+    def describe(self, *, float_nodes: int | None = None) -> str:
+        """A short human label, e.g. ``static per-channel, 2 node(s) excluded``.
+
+        ``float_nodes``: how many excluded nodes did stay float, once known.
+        """
         parts = [self.method]
         if self.per_channel:
             parts.append("per-channel")
@@ -78,7 +87,8 @@ class QuantizeOptions:
         if self.exclude_op_types:
             label += f", {'/'.join(self.exclude_op_types)} excluded"
         if self.exclude_nodes:
-            label += f", {len(self.exclude_nodes)} node(s) excluded"
+            count = len(self.exclude_nodes) if float_nodes is None else float_nodes
+            label += f", {count} node(s) excluded"
         return label
 
     def excluding(self, nodes: Sequence[str]) -> QuantizeOptions:
@@ -93,6 +103,7 @@ class QuantizeResult:
     path: Path
     options: QuantizeOptions
     calibration_samples: int
+    float_nodes: tuple[str, ...] = ()  # excluded nodes that kept float weights
 
 
 def sample_reader(feeds: Sequence[Feed]) -> Any:
@@ -162,7 +173,11 @@ def quantize_model(
             "(.npz, .jsonl or test_data.json) with representative inputs"
         )
     quantization = require("onnxruntime.quantization", "quantization")
+    onnx = require("onnx", "quantization")
     external = has_external_data(source)
+    graph = onnx.load(str(source), load_external_data=False).graph
+    requested = list(options.exclude_nodes)
+    options = replace(options, exclude_nodes=_mapped_exclusions(graph, requested))
     with StagedOutput(destination, source=source) as staged:
         try:
             with _quiet_advisories():
@@ -180,9 +195,59 @@ def quantize_model(
                 f"quantizing {source.name} ({options.describe()}) failed: "
                 f"{type(e).__name__}: {first_line(e)}"
             ) from e
+        float_nodes = _kept_float(onnx, staged.path, requested)
         staged.commit()
     samples = len(calibration) if options.method == "static" and calibration is not None else 0
-    return QuantizeResult(destination, options, samples)
+    shown = replace(options, exclude_nodes=tuple(requested))
+    return QuantizeResult(destination, shown, samples, float_nodes)
+
+
+_RENAMED = "_MatMul"  # ONNX Runtime's dynamic quantizer: Gemm `n` -> MatMul `n_MatMul` (+ Add)
+
+
+def _mapped_exclusions(graph: Any, names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` checked against the graph, each ``Gemm`` also under its rewritten name.
+
+    Raises:
+        OptimizeError: a name no node of the graph has.
+    """
+    op_types = {node.name: node.op_type for node in graph.node if node.name}
+    unknown = [name for name in names if name not in op_types]
+    if unknown:
+        weighted = sorted(
+            node.name
+            for node in graph.node
+            if node.name and node.op_type in ("MatMul", "Gemm", "Conv", "Gather", "LSTM", "GRU")
+        )
+        shown = ", ".join(weighted[:20]) + (" ..." if len(weighted) > 20 else "")
+        raise OptimizeError(
+            f"--exclude-nodes names {unknown}, which no node of the graph has; excludable "
+            f"nodes (with weights): {shown or 'none'} (names after graph optimization: "
+            "check them with `servinglib optimize graph` or Netron)"
+        )
+    mapped: list[str] = []
+    for name in names:
+        mapped.append(name)
+        if op_types[name] == "Gemm":
+            mapped.append(name + _RENAMED)
+    return tuple(dict.fromkeys(mapped))
+
+
+def _kept_float(onnx: Any, path: Path, names: Sequence[str]) -> tuple[str, ...]:
+    """The excluded ``names`` whose node in the quantized graph still reads a float weight."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    float_weights = {
+        init.name
+        for init in graph.initializer
+        if init.data_type == onnx.TensorProto.FLOAT and len(init.dims) >= 2
+    }
+    by_name = {node.name: node for node in graph.node if node.name}
+    kept = []
+    for name in names:
+        node = by_name.get(name) or by_name.get(name + _RENAMED)
+        if node is not None and any(i in float_weights for i in node.input):
+            kept.append(name)
+    return tuple(kept)
 
 
 def _op_types(registry: Any, options: QuantizeOptions) -> list[str]:

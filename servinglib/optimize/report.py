@@ -5,11 +5,17 @@ The JSON has these top-level fields (:data:`REPORT_FIELDS`): ``schema_version``,
 AMX flags), ``settings``, ``graph`` (graph optimization), ``baseline`` and ``optimized``
 (path, size, single-request latency p50/p95 with every round and their spread, batched
 throughput, metric value, batch invariance), ``chosen`` and ``choice_reason``, ``change``
-(size reduction, speed-ups), ``accuracy`` (metric, why it was chosen, loss, allowed loss,
-detail), ``candidates`` (every candidate tried, its verdict and its latency comparison),
-``budgets``, ``warnings`` and ``passed``. Paths are relative to the report's directory.
-The document validates against ``servinglib/schema/optimize-report.schema.json``; the
-Markdown and the chart are rendered from it alone.
+(size reduction, speed-ups, and ``claims``: for p50, p95 and throughput the ratio, the
+interval of per-round ratios and the verdict, "no measurable difference" unless the rounds
+separate), ``accuracy`` (the deciding output's metric, why, loss and allowed loss, and
+``outputs``: one row per judged output), ``quantization`` (share of weights stored as INT8,
+operator types left float, ``essentially_fp32``), ``selftest_tolerance`` (the ``atol`` a
+``test_data.json`` with FP32 expectations needs for this artifact), ``candidates`` (every
+candidate tried, its verdict and its latency comparison), ``budgets``, ``warnings`` and
+``passed``. Paths are relative to the report's directory. The document is strict JSON (a
+non-finite number is written as null) and validates against
+``servinglib/schema/optimize-report.schema.json``; the Markdown and the chart are rendered
+from it alone.
 
 Example::
 
@@ -30,18 +36,27 @@ from typing import Any
 
 from servinglib.optimize._chart import render_chart
 from servinglib.optimize._markdown import render_markdown
+from servinglib.optimize._report_sections import (
+    claims,
+    finite,
+    non_finite,
+    quantization,
+    selftest_tolerance,
+)
 from servinglib.optimize.budgets import BudgetResult
-from servinglib.optimize.compare import round_spread
+from servinglib.optimize.compare import SpeedClaim, round_spread
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.graph import GraphResult
 from servinglib.optimize.invariance import InvarianceResult
 from servinglib.optimize.measure import CpuInfo, LatencyStats, ThroughputStats
 from servinglib.optimize.search import CandidateResult
+from servinglib.optimize.weights import WeightShare
 
 __all__ = [
     "REPORT_FIELDS",
     "ModelFigures",
     "OptimizeReport",
+    "OutputRow",
     "ReportFiles",
     "render_chart",
     "render_markdown",
@@ -50,7 +65,7 @@ __all__ = [
     "write_report",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 REPORT_FIELDS = (
     "schema_version",
@@ -65,6 +80,8 @@ REPORT_FIELDS = (
     "choice_reason",
     "change",
     "accuracy",
+    "quantization",
+    "selftest_tolerance",
     "candidates",
     "budgets",
     "warnings",
@@ -82,6 +99,22 @@ class ModelFigures:
     throughput: ThroughputStats
     metric_value: float
     invariance: InvarianceResult
+    max_abs_diff_fp32: float = 0.0
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    """How one judged output fared: metric, why, FP32 and INT8 values, loss and budget."""
+
+    output: str
+    metric: str
+    why: str
+    fp32: float
+    optimized: float | None
+    loss: float | None
+    max_loss: float | None
+    passed: bool | None
+    detail: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -102,6 +135,8 @@ class OptimizeReport:
     loss: float | None
     max_loss: float | None
     metric_detail: dict[str, float]
+    outputs: tuple[OutputRow, ...]
+    weights: WeightShare | None
     candidates: tuple[CandidateResult, ...]
     budgets: tuple[BudgetResult, ...]
     warnings: tuple[str, ...]
@@ -129,13 +164,21 @@ class OptimizeReport:
                 "loss": self.loss,
                 "max_loss": self.max_loss,
                 "detail": dict(self.metric_detail),
+                "outputs": [_plain(row) for row in self.outputs],
             },
+            "quantization": quantization(self.weights),
+            "selftest_tolerance": selftest_tolerance(self.optimized),
             "candidates": [_candidate(c) for c in self.candidates],
             "budgets": [{**_plain(b), "description": b.describe()} for b in self.budgets],
             "warnings": list(self.warnings),
             "passed": self.passed,
         }
-        return document
+        strict: dict[str, Any] = finite(document)
+        return strict
+
+    def claims(self) -> list[SpeedClaim]:
+        """What may be said of INT8's speed against FP32 (empty without an INT8 model)."""
+        return claims(self.baseline, self.optimized)
 
 
 @dataclass(frozen=True)
@@ -168,9 +211,10 @@ def _invariance(result: InvarianceResult | None) -> dict[str, Any] | None:
 
 def _relative(path: Path, base: Path | None) -> str:
     """``path`` relative to the report; just its name when the two share no directory."""
-    if base is None or not path.is_absolute():
+    if base is None:
         return path.as_posix()
-    target, origin = path.resolve(), base.resolve()
+    # a relative path is relative to the working directory, not to the report
+    target, origin = path.absolute().resolve(), base.absolute().resolve()
     try:
         common = Path(os.path.commonpath([target, origin]))
     except ValueError:  # another drive (Windows)
@@ -213,6 +257,16 @@ def _candidate(candidate: CandidateResult) -> dict[str, Any]:
         "options": _plain(candidate.options),
         "size_mb": candidate.size_mb,
         "metric": _plain(candidate.metric),
+        "outputs": [
+            {
+                **_plain(score.result),
+                "output": score.output,
+                "max_loss": score.max_loss,
+                "passed": score.passed,
+            }
+            for score in candidate.scores
+        ],
+        "quantization": quantization(candidate.weights),
         "invariance": _invariance(candidate.invariance),
         "latency_ms": _latency(candidate.latency),
         "accepted": candidate.accepted,
@@ -235,6 +289,17 @@ def _change(baseline: ModelFigures, optimized: ModelFigures | None) -> dict[str,
         "throughput_speedup": ratio(
             optimized.throughput.samples_per_s, baseline.throughput.samples_per_s
         ),
+        "claims": {
+            claim.figure: {
+                "ratio": claim.ratio,
+                "interval": [claim.low, claim.high],
+                "rounds": claim.rounds,
+                "verdict": claim.verdict,
+                "why": claim.why,
+                "description": claim.describe(),
+            }
+            for claim in claims(baseline, optimized)
+        },
     }
 
 
@@ -258,6 +323,12 @@ def validate_report(document: dict[str, Any]) -> None:
     """
     import jsonschema
 
+    where = non_finite(document, "")
+    if where is not None:
+        raise OptimizeError(
+            f"optimize report holds a non-finite number at {where or '(top level)'}: strict "
+            "JSON has no NaN or Infinity; write null"
+        )
     validator = jsonschema.Draft202012Validator(report_schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(document))
     if error is not None:
@@ -279,7 +350,7 @@ def write_report(
         markdown=directory / f"{stem}.md",
         chart=directory / f"{stem}.png",
     )
-    files.json.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    files.json.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     files.markdown.write_text(render_markdown(document), encoding="utf-8")
     render_chart(document, files.chart)
     return files

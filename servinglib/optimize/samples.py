@@ -36,6 +36,7 @@ __all__ = [
     "input_specs",
     "load_labels",
     "load_samples",
+    "refuse_non_finite",
     "representative_feed",
     "stack_feeds",
 ]
@@ -69,6 +70,11 @@ class SampleSet:
         """The first ``count`` samples."""
         labels = None if self.labels is None else self.labels[:count]
         return SampleSet(self.feeds[:count], labels, self.source)
+
+    def every_other(self, start: int) -> SampleSet:
+        """Samples ``start``, ``start + 2``, ... (two disjoint halves for start 0 and 1)."""
+        labels = None if self.labels is None else self.labels[start::2]
+        return SampleSet(self.feeds[start::2], labels, self.source)
 
     def with_labels(self, labels: np.ndarray) -> SampleSet:
         """The same samples with ``labels`` (one per sample) instead of the file's."""
@@ -115,7 +121,35 @@ def load_samples(path: Path, specs: Sequence[InputSpec], limit: int | None = Non
         )
     if not samples.feeds:
         raise OptimizeError(f"{path}: holds no samples; add at least one")
-    return samples if limit is None else samples.head(limit)
+    samples = samples if limit is None else samples.head(limit)
+    refuse_non_finite(samples.feeds, path)
+    return samples
+
+
+def refuse_non_finite(feeds: Sequence[Feed], path: Path) -> None:
+    """Raise on the first NaN or infinity among float inputs, naming the sample and column.
+
+    One NaN makes every loss NaN, and a NaN loss would compare as within any budget; an
+    all-NaN calibration set breaks the quantizer's scales. Refused before anything runs.
+
+    Raises:
+        OptimizeError: sample (row), input, column and value of the first non-finite number.
+    """
+    for row, feed in enumerate(feeds):
+        for name, array in feed.items():
+            if array.dtype.kind not in "fc" or bool(np.isfinite(array).all()):
+                continue
+            flat = array.reshape(array.shape[0], -1)[0] if array.ndim else array.reshape(1)
+            column = int(np.flatnonzero(~np.isfinite(flat))[0])
+            index = np.unravel_index(column, array.shape[1:]) if array.ndim > 1 else ()
+            where = f"column {column}" + (
+                f" (index {list(map(int, index))})" if len(index) > 1 else ""
+            )
+            raise OptimizeError(
+                f"{path}: sample {row} (counting from 0), input {name!r}, {where} is "
+                f"{float(flat[column])}; remove or impute non-finite values (NaN, inf): they make "
+                "every accuracy loss NaN and calibration scales meaningless"
+            )
 
 
 def load_labels(path: Path, count: int) -> np.ndarray:

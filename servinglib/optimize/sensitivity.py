@@ -5,7 +5,9 @@ few samples with the node's activation input exposed; the node's INT8 error is t
 in NumPy, in isolation (its input exact, only its own quantization applied):
 
 * ``MatMul``/``Gemm``: the relative error of the product ``Q(x) @ Q(W)`` against ``x @ W``;
-* ``Conv``: the relative quantization error of its input plus that of its weight.
+* ``Conv``: the relative quantization error of its input plus that of its weight;
+* ``Gather`` of a constant table (embeddings): the relative error of the rows it gathers,
+  the table quantized with one scale (what ONNX Runtime does to it).
 
 Activations are quantized as the method would: one scale per tensor for ``dynamic``, per row
 for ``dynamic-per-token``, and one scale over all samples for ``static`` (what calibration
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from servinglib.optimize.samples import Feed
 
 __all__ = ["NodeSensitivity", "changed_nodes", "rank_sensitive_nodes"]
 
-_OP_TYPES = ("MatMul", "Gemm", "Conv")
+_OP_TYPES = ("MatMul", "Gemm", "Conv", "Gather")
 _FLOAT = 1  # onnx.TensorProto.FLOAT
 
 
@@ -64,6 +66,8 @@ def _targets(model: Any, numpy_helper: Any, options: QuantizeOptions) -> list[_T
         if node.name in options.exclude_nodes or len(node.input) < 2:
             continue
         activation, weight_name = node.input[0], node.input[1]
+        if node.op_type == "Gather":  # data (the table) first, then the indices
+            activation, weight_name = node.input[1], node.input[0]
         if activation in initializers or weight_name not in initializers:
             continue
         if initializers[weight_name].data_type != _FLOAT:
@@ -75,7 +79,7 @@ def _targets(model: Any, numpy_helper: Any, options: QuantizeOptions) -> list[_T
                 continue
             if "transB" in attrs and attrs["transB"].i:
                 weight = weight.T
-        if node.op_type != "Conv" and weight.ndim != 2:
+        if node.op_type in ("MatMul", "Gemm") and weight.ndim != 2:
             continue
         targets.append(_Target(node.name, node.op_type, activation, weight))
     return targets
@@ -123,11 +127,13 @@ def rank_sensitive_nodes(
     graph_inputs = {value.name for value in model.graph.input}
     exposed = sorted({t.activation for t in targets} - graph_inputs)
     outputs = {o.name for o in model.graph.output}
+    types = {t.activation: onnx.TensorProto.FLOAT for t in targets}
+    if any(t.op_type == "Gather" for t in targets):
+        inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
+        types.update({v.name: v.type.tensor_type.elem_type for v in inferred})
     for name in exposed:
         if name not in outputs:
-            model.graph.output.append(
-                onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-            )
+            model.graph.output.append(onnx.helper.make_tensor_value_info(name, types[name], None))
     with tempfile.TemporaryDirectory(prefix="servinglib-sensitivity-") as tmp:
         probe = Path(tmp) / "probe.onnx"
         onnx.save(model, str(probe))
@@ -145,9 +151,18 @@ def rank_sensitive_nodes(
             max(float(r[t.activation].max()) for r in runs),
         )
         for t in targets
+        if t.op_type != "Gather"
     }
     ranked = []
     for target in targets:
+        if target.op_type == "Gather":
+            table = _quantize_weight(target.weight, replace(options, per_channel=False))
+            errors = [
+                _relative(np.take(table, idx, axis=0), np.take(target.weight, idx, axis=0))
+                for idx in (run[target.activation].astype(np.int64) for run in runs)
+            ]
+            ranked.append(NodeSensitivity(target.name, target.op_type, float(np.mean(errors))))
+            continue
         quantized_w = _quantize_weight(target.weight, options)
         errors = []
         for run in runs:

@@ -91,7 +91,7 @@ def test_round_trip_agrees_with_pytorch_at_other_batch_sizes(tmp_path: Path) -> 
     session = open_session(path)
     assert [i.name for i in session.raw.get_inputs()] == ["x"]
     x = np.random.default_rng(1).normal(size=(7, 6)).astype(np.float32)
-    np.testing.assert_allclose(session.run({"x": x}), torch_out(module, x), atol=1e-5)
+    np.testing.assert_allclose(session.run({"x": x})[0], torch_out(module, x), atol=1e-5)
 
 
 def test_sequence_axis_is_dynamic_and_verified(tmp_path: Path) -> None:
@@ -112,7 +112,7 @@ def test_sequence_axis_is_dynamic_and_verified(tmp_path: Path) -> None:
     long_ids = np.arange(1, 31, dtype=np.int64).reshape(3, 10)
     long_mask = np.ones_like(long_ids)
     np.testing.assert_allclose(
-        session.run({"input_ids": long_ids, "attention_mask": long_mask}),
+        session.run({"input_ids": long_ids, "attention_mask": long_mask})[0],
         torch_out(module, long_ids, long_mask),
         atol=1e-5,
     )

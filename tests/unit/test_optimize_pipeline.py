@@ -261,7 +261,14 @@ def test_report_json_has_every_field(
         "p50_speedup",
         "p95_speedup",
         "throughput_speedup",
+        "claims",
     }
+    # two rounds cannot separate anything: no speed-up is claimed, intervals are given
+    for figure in ("p50", "p95", "throughput"):
+        claim = document["change"]["claims"][figure]
+        assert claim["verdict"] == "no measurable difference"
+        assert claim["interval"][0] <= claim["interval"][1]
+        assert "too few" in claim["why"]
     assert document["accuracy"]["metric"] == "accuracy"
     assert document["accuracy"]["fp32"] == 1.0
     assert document["accuracy"]["loss"] == pytest.approx(1.0 - document["accuracy"]["optimized"])

@@ -70,7 +70,7 @@ def calibration(tmp_path: Path) -> Path:
 
 def outputs(path: Path, x: np.ndarray) -> np.ndarray:
     session = open_session(path)
-    return np.concatenate([session.run({"x": row[np.newaxis]}) for row in x])
+    return np.concatenate([session.run({"x": row[np.newaxis]})[0] for row in x])
 
 
 # --- sample files -------------------------------------------------------------------------

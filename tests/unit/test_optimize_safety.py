@@ -74,9 +74,11 @@ def test_the_default_metric_rejects_a_miscalibrated_static_scalar_regressor(
         assert isinstance(metric, dict)
         assert metric["loss"] > 1.0  # RMSE above the FP32 spread itself
         assert metric["detail"]["rank_correlation"] < 0.6
-    # cosine is blind to it: one positive number always has cosine 1 with another
-    cosine = run("cosine")
-    assert cosine["static"]["accepted"] is True
+    # cosine is blind to it (one positive number always has cosine 1 with another): refused
+    with pytest.raises(
+        OptimizeError, match=r"--metric cosine cannot judge output 'eta'.*relative-error"
+    ):
+        run("cosine")
 
 
 def test_a_fixed_miscalibrated_method_fails_its_budget_and_leaves_out_untouched(
@@ -163,11 +165,11 @@ def test_graph_and_quantize_keep_external_data_loadable(tmp_path: Path) -> None:
     assert main(["graph", str(source), "--out", str(graph_out)]) == 0
     assert (tmp_path / "g" / "model.onnx.data").is_file()
     x = regressor_rows(2, 3)
-    expected = open_session(source).run({"x": x})
-    np.testing.assert_allclose(open_session(graph_out).run({"x": x}), expected, rtol=1e-5)
+    expected = open_session(source).run({"x": x})[0]
+    np.testing.assert_allclose(open_session(graph_out).run({"x": x})[0], expected, rtol=1e-5)
     quantized = tmp_path / "q" / "model.onnx"
     quantize_model(source, quantized, QuantizeOptions(method="dynamic-per-token"))
-    assert open_session(quantized).run({"x": x}).shape == (2, 1)
+    assert open_session(quantized).run({"x": x})[0].shape == (2, 1)
 
 
 @pytest.mark.parametrize(
@@ -315,7 +317,7 @@ def test_cli_runs_a_user_metric(
         sys.modules.pop("eta_metrics", None)
     out = capsys.readouterr().out
     assert code == 0
-    assert "metric eta_metrics:late_share: the user metric named by --metric" in out
+    assert "metric eta_metrics:late_share on all outputs: the user metric named by" in out
     document = json.loads((tmp_path / "o" / "optimize-report.json").read_text())
     assert document["accuracy"]["metric"] == "eta_metrics:late_share"
     assert document["accuracy"]["loss"] == 0.0

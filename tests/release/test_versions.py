@@ -50,12 +50,13 @@ def test_a_tag_builds_that_version_and_a_later_commit_a_dev_version(clone: Path)
     git(clone, "tag", "v0.2.0")
     assert scm_version(clone) == "0.2.0"
     dist = clone / "dist"
-    subprocess.run(
+    built = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(clone)],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
     )
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     assert sorted(p.name for p in dist.iterdir()) == [
         "servinglib-0.2.0-py3-none-any.whl",
         "servinglib-0.2.0.tar.gz",

@@ -148,7 +148,9 @@ def _entry(line: str) -> str:
 def unannounced(lines: list[str], changes_dir: Path = CHANGES) -> list[str]:
     """The differences that no news fragment in ``changes_dir`` names (in backquotes)."""
     texts = " ".join(
-        p.read_text(encoding="utf-8") for p in sorted(changes_dir.glob("*.md")) if p.is_file()
+        p.read_text(encoding="utf-8")
+        for p in sorted(changes_dir.glob("*.md"))
+        if p.is_file() and p.name != "README.md"
     )
     return [line for line in lines if f"`{_entry(line)}`" not in texts]
 

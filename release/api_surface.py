@@ -78,7 +78,7 @@ def _schema_keys(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) ->
 
 
 def config_keys() -> list[str]:
-    """Every key ``servinglib.yaml`` accepts, as dotted paths (``models[].batching.max_batch_size``)."""
+    """Every key ``servinglib.yaml`` accepts, as dotted paths (``models[].deadline_ms``)."""
     schema = json.loads((ROOT / "servinglib" / "schema" / "servinglib.schema.json").read_text())
     defs = {**schema.get("$defs", {}), **schema.get("definitions", {})}
     return sorted(set(_schema_keys(schema, defs, "")))

@@ -1,8 +1,9 @@
 """Deprecated ``servinglib.yaml`` keys: still read, with a warning naming the replacement.
 
 A renamed key stays accepted for at least one minor release before it is removed
-(docs/explanation/compatibility.md). Reading it moves its value to the new key, warns with a :class:`DeprecationWarning` (which test suites turn into
-errors) and logs one line naming the key, its replacement and the release that removes it.
+(docs/explanation/compatibility.md). Reading it moves its value to the new key,
+warns with a :class:`DeprecationWarning` (which test suites turn into errors) and logs
+one line naming the key, its replacement and the release that removes it.
 """
 
 from __future__ import annotations

@@ -15,8 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("api_surface", ROOT / "release" / "api_surface.py")
-    assert spec is not None and spec.loader is not None
+    spec = importlib.util.spec_from_file_location(
+        "api_surface", ROOT / "release" / "api_surface.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["api_surface"] = module
     spec.loader.exec_module(module)

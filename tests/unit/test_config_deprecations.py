@@ -26,7 +26,7 @@ def test_a_deprecated_key_moves_to_its_replacement_with_a_warning_and_a_log_line
     }
     with (
         caplog.at_level(logging.WARNING, logger="servinglib.config"),
-        pytest.warns(DeprecationWarning) as warned,
+        pytest.warns(DeprecationWarning, match="is deprecated") as warned,
     ):
         moved = apply_renames(raw, "servinglib.yaml", RENAMES)
     assert moved["server"] == {"max_request_body_bytes": 1024}

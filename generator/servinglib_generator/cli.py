@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = _add_model_parser().parse_args(args_list[1:])
             _require_cookiecutter()
             return _add_model(args)
-        args = _new_parser().parse_args(args_list)
+        args = _new_parser().parse_intermixed_args(args_list)
         _require_cookiecutter()
         return _generate(args)
     except SpecError as e:

@@ -36,7 +36,8 @@ from tests.generator._index import LocalIndex, local_index
 from tests.generator._repos import REPO_ROOT, render, run
 from tests.generator.test_generated_repos import Server, Venv, make_venv, start
 
-pytestmark = pytest.mark.integration
+# Building a wheel and two virtualenvs takes minutes on a busy 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 SKIPPED_JOBS = {"audit"}  # pip-audit asks a vulnerability database over the network
 

@@ -159,7 +159,7 @@ def _generate(args: argparse.Namespace) -> int:
     answers = _parse_answers(args.answers)
     if args.servinglib_spec is not None:
         if "servinglib" in answers and answers["servinglib"] != args.servinglib_spec:
-            raise SpecError("servinglib= and --servinglib-spec disagree; give only one of them")
+            raise SpecError(["servinglib= and --servinglib-spec disagree; give only one of them"])
         answers["servinglib"] = args.servinglib_spec
     spec = build_service_spec(answers, ask)
     repo = generate_service(spec, args.output_dir, overwrite=args.overwrite)

@@ -50,6 +50,13 @@ def _new_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="render over an existing repository directory (your other files are kept)",
     )
+    parser.add_argument(
+        "--servinglib-spec",
+        metavar="SPEC",
+        help="where pip gets servinglib, as the servinglib= answer: a requirement "
+        "('servinglib==0.2.1' to pin), a .whl file or a checkout (both vendored into "
+        "wheels/ for air-gapped builds); default: the range compatible with this servinglib",
+    )
     _add_common(parser, "team=eta")
     return parser
 
@@ -118,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = _add_model_parser().parse_args(args_list[1:])
             _require_cookiecutter()
             return _add_model(args)
-        args = _new_parser().parse_args(args_list)
+        args = _new_parser().parse_intermixed_args(args_list)
         _require_cookiecutter()
         return _generate(args)
     except SpecError as e:
@@ -149,7 +156,12 @@ def _generate(args: argparse.Namespace) -> int:
     from servinglib_generator.spec import build_service_spec
 
     ask: AskFunction | None = None if args.no_input else _ask
-    spec = build_service_spec(_parse_answers(args.answers), ask)
+    answers = _parse_answers(args.answers)
+    if args.servinglib_spec is not None:
+        if "servinglib" in answers and answers["servinglib"] != args.servinglib_spec:
+            raise SpecError(["servinglib= and --servinglib-spec disagree; give only one of them"])
+        answers["servinglib"] = args.servinglib_spec
+    spec = build_service_spec(answers, ask)
     repo = generate_service(spec, args.output_dir, overwrite=args.overwrite)
     print(f"generated {repo}")
     print("next: read its README.md; in short:")

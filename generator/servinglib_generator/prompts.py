@@ -269,7 +269,7 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         "Where pip gets servinglib: a checkout directory, a .whl file or a requirement",
         _servinglib,
         lambda _: default_servinglib_source(),
-        "the servinglib checkout the generator runs from, else `servinglib==<installed version>`",
+        "the releases compatible with the installed servinglib, e.g. `servinglib>=0.2,<0.3`",
         "a servinglib checkout directory (built into a wheel in `wheels/`), a `.whl` file "
         "(copied into `wheels/`) or a requirement starting with `servinglib`, optionally "
         "after `--index-url <URL>`",

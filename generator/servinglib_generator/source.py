@@ -1,9 +1,11 @@
-"""Where a generated repository installs servinglib from (it is not on PyPI).
+"""Where a generated repository installs servinglib from.
 
-A checkout directory is built into a wheel, and a wheel is copied into the repository's
-``wheels/``: CI and the image build need nothing outside the repository. Anything else is
-used as a pip requirement (``servinglib==0.1.0`` from an internal index; a line such as
-``--index-url https://pypi.internal/simple servinglib==0.1.0`` names the index too).
+By default, a version range from a package index: ``servinglib>=0.2,<0.3`` for the
+generator's own servinglib 0.2.x (patch releases arrive by themselves, a new minor version
+when the team changes the range). A requirement names an exact pin or another index
+(``--index-url https://pypi.internal/simple servinglib==0.2.1``). For air-gapped builds, a
+wheel is copied into the repository's ``wheels/`` and a checkout directory is built into
+one there: CI and the image build then need nothing outside the repository.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,6 +27,7 @@ from servinglib_generator.errors import GeneratorError
 __all__ = [
     "ServinglibSource",
     "build_wheel",
+    "compatible_range",
     "default_servinglib_source",
     "parse_servinglib_source",
 ]
@@ -78,27 +80,34 @@ def parse_servinglib_source(value: str) -> ServinglibSource:
 
 
 def default_servinglib_source() -> str:
-    """The checkout this generator runs from, else a pin of the installed servinglib."""
-    spec = importlib.util.find_spec("servinglib")
-    if spec is not None and spec.origin is not None:
-        root = Path(spec.origin).resolve().parent.parent
-        if _is_servinglib_checkout(root):
-            return str(root)
+    """The range of releases compatible with the installed servinglib (see compatible_range)."""
     try:
-        return f"servinglib=={importlib.metadata.version('servinglib')}"
+        return compatible_range(importlib.metadata.version("servinglib"))
     except importlib.metadata.PackageNotFoundError:
         return "servinglib"
 
 
-def _is_servinglib_checkout(root: Path) -> bool:
-    pyproject = root / "pyproject.toml"
-    if not pyproject.is_file():
-        return False
-    try:
-        name = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["name"]
-    except (tomllib.TOMLDecodeError, KeyError, TypeError):
-        return False
-    return bool(name == "servinglib")
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?P<pre>(?:a|b|rc|\.dev)\d+)?")
+
+
+def compatible_range(version: str) -> str:
+    """The requirement for releases compatible with ``version`` under the compatibility policy.
+
+    Before 1.0 a minor release may change the public surface, so the range ends at the next
+    minor (``0.2.1`` -> ``servinglib>=0.2,<0.3``); from 1.0 at the next major
+    (``1.4.0`` -> ``servinglib>=1.4,<2``). A pre-release or development build (a checkout
+    between tags) starts the range at itself, so pip may choose it
+    (``0.3.0.dev5+g1a2b`` -> ``servinglib>=0.3.0.dev5,<0.4``).
+    """
+    match = _VERSION.match(version)
+    if match is None:
+        return "servinglib"
+    major, minor = int(match.group(1)), int(match.group(2))
+    upper = f"0.{minor + 1}" if major == 0 else f"{major + 1}"
+    lower = f"{major}.{minor}"
+    if match.group("pre"):
+        lower = match.group(0)
+    return f"servinglib>={lower},<{upper}"
 
 
 def build_wheel(checkout: Path, destination: Path) -> Path:

@@ -28,6 +28,7 @@ from servinglib.config.checks import (
     resolve_inside,
     resolve_log_url,
 )
+from servinglib.config.deprecations import apply_renames
 from servinglib.config.env import ENV_PREFIX, apply_env_overrides
 from servinglib.config.schema_errors import validate_against_schema
 from servinglib.errors import ConfigError
@@ -235,6 +236,7 @@ def load_config(
         raise ConfigError(
             "the top level must be a mapping with `service` and `models`", source=label
         )
+    raw = apply_renames(raw, label)
     server_schema = config_schema()["properties"]["server"]["properties"]
     raw = apply_env_overrides(raw, os.environ if environ is None else environ, server_schema)
     validate_against_schema(raw, config_schema(), label)

@@ -3,8 +3,9 @@
 The repository is rendered, committed and cloned into another directory; the render is then
 deleted, and nothing in the clone may name this checkout. From the clone:
 
-- its own CI workflow's ``run:`` steps run in a fresh virtualenv (servinglib comes from the
-  vendored wheel, like every other package from the index);
+- it depends on a servinglib version range (``servinglib>=0.X,<0.X+1``), which a package
+  index on 127.0.0.1 serves, built from this checkout: nothing is vendored;
+- its own CI workflow's ``run:`` steps run in a fresh virtualenv;
 - the image's Python layer is built the way the Dockerfile builds it: its ``COPY``
   instructions into an empty directory, its ``pip install`` in a second fresh virtualenv,
   its ``CMD`` started there;
@@ -31,10 +32,12 @@ import requests
 import yaml
 
 from tests.conftest import free_port, stop
+from tests.generator._index import LocalIndex, local_index
 from tests.generator._repos import REPO_ROOT, render, run
 from tests.generator.test_generated_repos import Server, Venv, make_venv, start
 
-pytestmark = pytest.mark.integration
+# Building a wheel and two virtualenvs takes minutes on a busy 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 SKIPPED_JOBS = {"audit"}  # pip-audit asks a vulnerability database over the network
 
@@ -68,14 +71,24 @@ class SleepyModel(servinglib.Model):
 
 @dataclass(frozen=True)
 class Clone:
-    """A generated repository cloned into a directory of its own."""
+    """A generated repository cloned into a directory of its own, and the index it needs."""
 
     path: Path
+    index_env: dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def clone(tmp_path_factory: pytest.TempPathFactory) -> Clone:
-    rendered = render(tmp_path_factory.mktemp("render"))
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalIndex]:
+    with local_index(tmp_path_factory.mktemp("index")) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory, index: LocalIndex) -> Clone:
+    rendered = render(tmp_path_factory.mktemp("render"), servinglib=index.requirement)
+    requirements = (rendered / "requirements.txt").read_text().splitlines()
+    assert index.requirement in requirements
+    assert not list((rendered / "wheels").glob("*.whl"))
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@example.com"]
     run([*git, "init", "-q"], cwd=rendered)
     run([*git, "add", "-A"], cwd=rendered)
@@ -86,7 +99,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Clone:
     for path in target.rglob("*"):
         if path.is_file() and ".git" not in path.parts and path.suffix != ".whl":
             assert str(REPO_ROOT) not in path.read_text(errors="replace"), path
-    return Clone(target)
+    return Clone(target, {"PIP_EXTRA_INDEX_URL": index.url})
 
 
 def workflow_steps(repo: Path) -> list[tuple[str, str, dict[str, str]]]:
@@ -122,7 +135,7 @@ def test_the_ci_workflow_passes_from_a_clean_clone(
         result = subprocess.run(
             ["bash", "-e", "-c", command],
             cwd=clone.path,
-            env={**venv.env, **env},
+            env={**venv.env, **env, **clone.index_env},
             capture_output=True,
             text=True,
             timeout=900,
@@ -184,7 +197,7 @@ def image(clone: Clone, tmp_path_factory: pytest.TempPathFactory) -> Image:
             result = subprocess.run(
                 ["bash", "-e", "-c", pip],
                 cwd=root,
-                env={**venv.env, **env},
+                env={**venv.env, **env, **clone.index_env},
                 capture_output=True,
                 text=True,
                 timeout=900,

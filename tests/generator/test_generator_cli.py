@@ -188,3 +188,18 @@ def test_a_missing_artifact_builder_is_a_clear_error_that_writes_nothing(
     assert f"runtime={runtime} builds a starter" in err
     assert fix in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_servinglib_spec_pins_the_version_and_conflicting_answers_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixed = ["--no-input", "--output-dir", str(tmp_path), "team=eta", "model=eta"]
+    assert main([*fixed, "--servinglib-spec", "servinglib==0.2.1"]) == 0
+    requirements = (tmp_path / "eta-service" / "requirements.txt").read_text().splitlines()
+    assert "servinglib==0.2.1" in requirements
+    assert not list((tmp_path / "eta-service" / "wheels").glob("*.whl"))
+    other = tmp_path / "other"
+    args = ["--no-input", "--output-dir", str(other), "team=eta", "model=eta"]
+    assert main([*args, "--servinglib-spec", "servinglib==0.2.1", "servinglib=servinglib"]) == 2
+    assert "servinglib= and --servinglib-spec disagree" in capsys.readouterr().err
+    assert not other.exists()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 import pytest
 from servinglib_generator import ModelSpec, SpecError, build_model_spec, build_service_spec
 from servinglib_generator.cli import main
 from servinglib_generator.prompts import SERVICE_PROMPTS, Prompt
+from servinglib_generator.source import compatible_range, default_servinglib_source
 
 from tests.generator._repos import REPO_ROOT
 
@@ -160,3 +162,28 @@ def test_the_cli_refuses_malformed_arguments(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert "'team': expected KEY=VALUE" in err
     assert "model: given twice" in err
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.2.0", "servinglib>=0.2,<0.3"),
+        ("0.2.7", "servinglib>=0.2,<0.3"),
+        ("1.4.0", "servinglib>=1.4,<2"),
+        ("0.3.0rc1", "servinglib>=0.3.0rc1,<0.4"),
+        ("0.3.0.dev5+g1a2b3c4", "servinglib>=0.3.0.dev5,<0.4"),
+        ("not-a-version", "servinglib"),
+    ],
+)
+def test_the_default_is_the_range_compatible_with_the_installed_version(
+    version: str, expected: str
+) -> None:
+    assert compatible_range(version) == expected
+
+
+def test_the_default_answer_follows_the_installed_servinglib() -> None:
+    installed = importlib.metadata.version("servinglib")
+    assert default_servinglib_source() == compatible_range(installed)
+    spec = build_service_spec({"team": "eta", "model": "eta"})
+    assert spec.servinglib.kind == "requirement"
+    assert spec.servinglib.requirement_line() == compatible_range(installed)

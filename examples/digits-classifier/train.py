@@ -211,7 +211,9 @@ def quantize_static(out: Path, data: Path, reports: Path | None) -> None:
             calibration=data / "calibration.npz",
             report_dir=(reports / "static") if reports else Path(tmp),
             settings=OptimizeSettings(
-                method=QuantizeOptions(method="static"),
+                # 7-bit weights: u8xs8 sums cannot saturate on CPUs without VNNI, so every
+                # CPU computes the same logits and the self-tests hold everywhere
+                method=QuantizeOptions(method="static", reduce_range=True),
                 metric="accuracy",
                 output="logits",
                 measure=measure,
@@ -274,7 +276,9 @@ def train(
     export(model, split, out)
     quantize_static(out, data, reports)
     # FP32 outputs are exact up to float rounding; INT8 logits sit on a grid of one
-    # quantization step, and another CPU's kernels may land one step away.
+    # quantization step, and another CPU's kernels may land one step away (with 8-bit
+    # weights, a CPU without VNNI could saturate and land 3-5 steps away: measured on an AVX2
+    # AMD EPYC; the 7-bit weights above rule that out).
     write_test_data(out / "1", split.x_test, split.y_test, atol=1e-4)
     step = logits_step(out / "2" / "model.onnx", split.x_test[:50])
     write_test_data(out / "2", split.x_test, split.y_test, atol=round(2 * step + 1e-3, 3))

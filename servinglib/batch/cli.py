@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any
 
+from servinglib.config.env import CONFIG_ENV, DEFAULT_CONFIG
+
 __all__ = ["add_parser", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -30,7 +32,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--config",
-        default=os.environ.get("SERVINGLIB_CONFIG", "servinglib.yaml"),
+        default=os.environ.get(CONFIG_ENV, DEFAULT_CONFIG),
         help="servinglib.yaml (default: $SERVINGLIB_CONFIG or %(default)s)",
     )
     parser.add_argument("--model", required=True, help="the model to score with")

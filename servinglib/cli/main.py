@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
+from servinglib.config.env import CONFIG_ENV, DEFAULT_CONFIG
 from servinglib.errors import ServinglibError
 
 __all__ = ["main"]
@@ -23,7 +24,7 @@ DOCS = "https://github.com/servinglib/servinglib/tree/main/docs/reference/cli.md
 
 
 def _default_config() -> str:
-    return os.environ.get("SERVINGLIB_CONFIG", "servinglib.yaml")
+    return os.environ.get(CONFIG_ENV, DEFAULT_CONFIG)
 
 
 def _epilog(exit_codes: str) -> str:

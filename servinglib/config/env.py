@@ -7,7 +7,11 @@ from typing import Any
 
 from servinglib.errors import ConfigError
 
-__all__ = ["ENV_PREFIX", "apply_env_overrides"]
+__all__ = ["CONFIG_ENV", "DEFAULT_CONFIG", "ENV_PREFIX", "apply_env_overrides"]
+
+# The variable naming the config file, and its default: every command and worker reads them.
+CONFIG_ENV = "SERVINGLIB_CONFIG"
+DEFAULT_CONFIG = "servinglib.yaml"
 
 ENV_PREFIX = "SERVINGLIB_"
 

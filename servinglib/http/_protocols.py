@@ -20,12 +20,13 @@ from servinglib.serving.service import InferenceRequest, Prediction
 from servinglib.wire import jsonbytes
 from servinglib.wire.strict_json import parse_json
 from servinglib.wire.v2 import InferRequest, decode_request
+from servinglib.wire.v2_framing import HEADER_LENGTH as BINARY_HEADER_LENGTH
 from servinglib.wire.v2_framing import json_header_length
 from servinglib.wire.v2_response import encode_response
 
 __all__ = ["HEADER_LENGTH", "Encoded", "Head", "InferProtocol", "JsonProtocol", "V2Protocol"]
 
-HEADER_LENGTH = "inference-header-content-length"
+HEADER_LENGTH = BINARY_HEADER_LENGTH.lower()  # how the exchange looks headers up
 _ALLOWED_KEYS = frozenset({"model_id", "version", "features", "priority"})
 
 Header = Callable[[str], str | None]  # a request header by lower-case name
@@ -228,7 +229,7 @@ class V2Protocol(JsonProtocol):
         return Encoded(
             payload,
             "application/octet-stream",
-            (("Inference-Header-Content-Length", str(json_length)),),
+            ((BINARY_HEADER_LENGTH, str(json_length)),),
         )
 
 

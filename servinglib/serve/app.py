@@ -10,20 +10,19 @@ import os
 import signal
 from pathlib import Path
 
+from servinglib.config.env import CONFIG_ENV, DEFAULT_CONFIG
 from servinglib.http.app import ServingApp, create_app
 from servinglib.serve.hooks import ROLLOUT_ENV
 from servinglib.serving.assembly import Worker, load_worker
 
 __all__ = ["CONFIG_ENV", "create_app_from_config", "worker_from_environment"]
 
-CONFIG_ENV = "SERVINGLIB_CONFIG"
-
 
 def worker_from_environment() -> Worker:
     """Build this process's worker from the environment gunicorn's master set up."""
     rollout_dir = os.environ.get(ROLLOUT_ENV)
     return load_worker(
-        os.environ.get(CONFIG_ENV, "servinglib.yaml"),
+        os.environ.get(CONFIG_ENV, DEFAULT_CONFIG),
         Path(rollout_dir) if rollout_dir else None,
         retire=_retire,
     )

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from servinglib.config.env import CONFIG_ENV
 from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ConfigError, ServinglibError
 
@@ -112,7 +113,7 @@ def when_ready(server: Any) -> None:
     from servinglib.monitoring.logs import configure_logging
     from servinglib.serve.admin import AdminServer
 
-    config = load_config(os.environ["SERVINGLIB_CONFIG"])
+    config = load_config(os.environ[CONFIG_ENV])
     # Admin actions are logged by the master.
     configure_logging(config.server.log_level, config.server.log_format)
     try:

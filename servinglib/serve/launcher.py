@@ -9,6 +9,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from servinglib.config.env import CONFIG_ENV
 from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.errors import ServinglibError
 from servinglib.serve.hooks import prepare_metrics_dir, prepare_rollout_dir
@@ -83,6 +84,6 @@ def serve(
     prepare_rollout_dir(config)
     # Workers read the config again: hand them the same overrides.
     os.environ.update({k: v for k, v in environ.items() if k.startswith("SERVINGLIB_")})
-    os.environ["SERVINGLIB_CONFIG"] = str(config.source)
+    os.environ[CONFIG_ENV] = str(config.source)
     os.environ[NOTE_ENV] = ready_note
     _GunicornApp(gunicorn_settings(server)).run()

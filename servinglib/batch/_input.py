@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,13 +102,45 @@ def _refuse_unreadable(batch: pa.RecordBatch, path: str) -> None:
         )
 
 
-def score_first_rows(scorer: BatchScorer, batch: pa.RecordBatch, where: str) -> None:
+def _scored(scorer: BatchScorer, batch: pa.RecordBatch) -> Any:
+    try:
+        return scorer.score(batch)
+    except BaseException as e:  # handed to the waiting thread, which raises it
+        return e
+
+
+def score_first_rows(
+    scorer: BatchScorer, batch: pa.RecordBatch, where: str, timeout_s: float = 0.0
+) -> None:
     """Score ``batch``; when every row fails, stop the job with the first distinct causes.
+
+    With ``timeout_s`` (the job's call timeout), rows that do not answer in time are left to
+    the worker processes, whose every call is timed: this check never hangs a job.
 
     Raises:
         BatchAbortedError: naming the causes, before anything is written.
     """
-    table = scorer.score(batch)
+    if timeout_s > 0:
+        outcome: list[Any] = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(_scored(scorer, batch)),
+            name="servinglib-first-rows",
+            daemon=True,  # a model that never returns must not keep the job alive
+        )
+        thread.start()
+        thread.join(timeout_s)
+        if not outcome:
+            print(
+                f"warning: the first {batch.num_rows} rows of {where} did not answer within "
+                f"--call-timeout-s {timeout_s:g} s; the workers score them, each call timed",
+                file=sys.stderr,
+            )
+            return
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        table = outcome[0]
+    else:
+        table = scorer.score(batch)
     errors = table.column("error").to_pylist()
     if any(e is None for e in errors):
         return

@@ -144,7 +144,8 @@ def _predict(job: BatchJob, source: InputSource, out: OutputDirectory) -> BatchS
     batch_size = _batch_size(job, config)
     if first is not None and job.max_error_rate < 1.0:  # 1: write every error row, never stop
         scorer = scorer_for(config, record, _features(job, source), layout, batch_size)
-        score_first_rows(scorer, first, source.units[0].path)
+        timeout_s = call_timeout_s(job, config) if job.engine == "local" else 0.0
+        score_first_rows(scorer, first, source.units[0].path, timeout_s)
     description: dict[str, Any] = {
         "model": record.model,
         "version": record.version,

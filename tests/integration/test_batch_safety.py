@@ -187,7 +187,10 @@ def test_a_model_that_hangs_on_every_call_stops_the_job(tmp_path: Path) -> None:
     assert "the model hangs: 3 calls in a row ran past --call-timeout-s 1 s" in done.stderr
     assert "Traceback" not in done.stderr
     hung = [int(p.name) for p in pids.iterdir()]
-    assert len(hung) == 3  # three workers killed: on a call of 10 rows, then on 2 rows alone
+    # the command's own check of the first rows (left behind after the call timeout), then
+    # three workers killed: on a call of 10 rows, then on 2 rows alone
+    assert len(hung) == 4
+    assert "did not answer within --call-timeout-s 1 s; the workers score them" in done.stderr
     assert not any(_alive(pid) for pid in hung)
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     assert manifest["complete"] is False

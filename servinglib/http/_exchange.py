@@ -33,6 +33,7 @@ from servinglib.serving.service import InferenceRequest, InferenceService, Predi
 from servinglib.wire.content_coding import (
     ContentCodingError,
     decode_body,
+    decode_small_body,
     encode_body,
     response_coding,
 )
@@ -126,6 +127,7 @@ class Exchange:
         "started",
         "timeout_ms",
         "version",
+        "waited_s",
     )
 
     def __init__(
@@ -148,6 +150,7 @@ class Exchange:
         self.timeout_ms = envoy_timeout_ms(
             header(ENVOY_TIMEOUT_HEADER), endpoints.deadline_margin_ms
         )
+        self.waited_s = 0.0
         self._path_model = model
         self._path_version = version
         self._label = "_unknown"
@@ -160,6 +163,12 @@ class Exchange:
         self.version = ""
         self._in_flight = endpoints.metrics.in_flight_gauge(protocol.name)
         self._in_flight.inc()
+
+    def queued_for(self, seconds: float) -> None:
+        """The request waited ``seconds`` for a thread before it got here: it counts against
+        its deadline and its recorded duration."""
+        self.waited_s = seconds
+        self.started -= seconds
 
     def check_head(self) -> None:
         """Refuse a request by its method, path, content type or declared length.
@@ -205,6 +214,29 @@ class Exchange:
                 raw = decode_body(raw, coding, self._endpoints.max_body)
             except ContentCodingError as e:
                 raise HttpError(e.status, str(e)) from None
+        return self._parse_decoded(raw)
+
+    def parse_small(self, raw: bytes, small: int) -> InferenceRequest | None:
+        """:meth:`parse`, or None when the body, once inflated, is larger than ``small``.
+
+        An event loop parses a small body itself and hands a larger one to a thread: the
+        decision looks at the inflated size, which it learns by inflating at most ``small``
+        bytes (plus one step). Same errors as :meth:`parse`.
+        """
+        if len(raw) > small:
+            return None
+        coding = self.header("content-encoding")
+        if coding:
+            try:
+                decoded = decode_small_body(raw, coding, self._endpoints.max_body, small)
+            except ContentCodingError as e:
+                raise HttpError(e.status, str(e)) from None
+            if decoded is None:
+                return None
+            raw = decoded
+        return self._parse_decoded(raw)
+
+    def _parse_decoded(self, raw: bytes) -> InferenceRequest:
         request, self._context = self.protocol.parse(
             raw, self._path_model, self._path_version, self
         )

@@ -5,9 +5,10 @@ each response: a wake-up through a pipe, an epoll registration, another wake-up 
 next request arrives, and a new hand-off to the thread pool. For a client that sends its
 next request at once (a load balancer's pooled connection, a batch client), that costs more
 than the request itself. This worker lets the thread that answered wait a moment for the
-connection's next request and serve it directly; a connection that stays quiet goes back
-to the poller as before. Request heads are read by the main thread first, with a time
-limit and a cap on open connections (:mod:`servinglib.serve.thread_connections`).
+connection's next request and serve it directly when it is all there; a connection that
+stays quiet, or whose next request is still arriving, goes back to the poller as before.
+Requests are read by the main thread first, with time limits, a cap on open connections
+and admission control (:mod:`servinglib.serve.thread_connections`).
 
 It lingers only while every connection of the worker can have a thread of its own
 (connections <= threads), so it can never make a new connection wait for a thread, and not
@@ -23,16 +24,20 @@ from __future__ import annotations
 import html
 import re
 import select
+import socket
 from typing import Any
 
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
+from servinglib.serve.body_timeout import BodyTimeout
+from servinglib.serve.request_framing import RequestFraming, head_end
 from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
 from servinglib.serving.assembly import Worker
 
 __all__ = ["LINGER_S", "LingeringThreadWorker"]
 
 LINGER_S = 0.002  # how long a thread waits for the next request of its connection
+_PEEK_BYTES = 65536  # a next request larger than this goes back to the main thread
 
 
 class LingeringThreadWorker(GuardedThreadWorker):
@@ -44,10 +49,14 @@ class LingeringThreadWorker(GuardedThreadWorker):
         """Load every model (the worker), then build the WSGI app around it."""
         serving = worker_from_environment()
         self.serving = serving
-        self.header_timeout_s = serving.config.server.header_timeout_s
-        self.wsgi = create_app(
-            serving.service, serving.metrics, serving.config.server, liveness=serving.is_live
-        )
+        server = serving.config.server
+        self.header_timeout_s = server.header_timeout_s
+        self.body_timeout = BodyTimeout(server.body_timeout_s, server.body_min_bytes_per_s)
+        self.max_body_bytes = server.max_request_body_bytes
+        longest_ms = max((model.deadline_ms for model in serving.config.models), default=10000)
+        self.admission.max_wait_s = longest_ms / 1000 / 2  # the rest for the call itself
+        app = create_app(serving.service, serving.metrics, server, liveness=serving.is_live)
+        self.wsgi = self.with_queue_wait(app)
 
     def handle_quit(self, sig: int, frame: Any) -> None:
         """SIGQUIT (and SIGINT, which the master turns into SIGQUIT): drain like SIGTERM."""
@@ -75,14 +84,25 @@ class LingeringThreadWorker(GuardedThreadWorker):
 
 
 def _next_request_ready(conn: Any) -> bool:
-    """Whether the connection's next request arrives within :data:`LINGER_S`."""
-    if conn.parser.unreader.buf.getvalue():
-        return True  # already read ahead
+    """Whether the connection's whole next request arrives within :data:`LINGER_S`.
+
+    Only a request already complete is served on this thread: one whose head or body is
+    still on its way goes back to the main thread, which reads it without blocking.
+    """
+    buffered = conn.parser.unreader.buf.getvalue()
     try:
-        readable, _, _ = select.select([conn.sock], [], [], LINGER_S)
+        if not buffered:
+            readable, _, _ = select.select([conn.sock], [], [], LINGER_S)
+            if not readable:
+                return False
+        peeked = buffered + conn.sock.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        peeked = buffered
     except (OSError, ValueError):
         return False
-    return bool(readable)
+    if head_end(peeked) < 0:
+        return False
+    return RequestFraming.of_head(peeked).complete(peeked)
 
 
 class _CapturedAnswer:

@@ -64,6 +64,8 @@ class InferenceRequest:
         inline: the caller is a thread that would only wait for the answer (a composed
             model's step): a shared unbatched model runs on it instead of on the model's
             own executor, saving two thread hand-offs.
+        waited_s: how long the request already waited for a server thread; it counts
+            against the deadline.
     """
 
     model: str
@@ -75,6 +77,7 @@ class InferenceRequest:
     timeout_ms: float | None = None
     priority: int | None = None
     inline: bool = False
+    waited_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,12 @@ class InferenceService:
     def _admit(self, request: InferenceRequest) -> _Call:
         """The one admission path: the lane, deadline and version, once the input passes."""
         lane = self.lane(request.model)
-        deadline = lane.deadline(request.timeout_ms)
+        deadline = lane.deadline(request.timeout_ms) - request.waited_s
+        if request.waited_s and self._clock() >= deadline:
+            raise OverloadedError(
+                f"the request waited {request.waited_s * 1000:.0f} ms for a server thread, "
+                f"past the deadline of model {request.model!r}; retry later or another replica"
+            )
         if request.tensors:
             ready = lane.route(request.version, request.routing_key)
             lane.check_tensors(ready, request.inputs)

@@ -49,7 +49,12 @@ class Reply:
     """The answer to send: status, headers, body, and the work to run once it is sent.
 
     ``shed``: the request was refused for a full queue (the event loop pauses before it
-    answers, see :data:`servinglib.http.asgi.SHED_PAUSE_S`).
+    answers, see :data:`servinglib.http.asgi.SHED_PAUSE_S`). The answer closes the
+    connection: a client pool reuses the connection released last, so a kept-alive
+    connection to a worker that refuses would get the client's next request at once, and
+    the next, while the connections to a worker with room sat idle (measured: 62 % of
+    capacity served at 4x load with a LIFO pool, 97 % with a connection per request). A
+    new connection goes to whichever worker accepts it first, usually one with room.
     """
 
     status: int
@@ -305,4 +310,7 @@ class Exchange:
         ]
         if version:
             headers.append((VERSION_HEADER, version))
-        return Reply(self._status, headers, body, followups, self._outcome == "shed")
+        shed = self._outcome == "shed"
+        if shed:  # the client reconnects: see Reply
+            headers.append(("Connection", "close"))
+        return Reply(self._status, headers, body, followups, shed)

@@ -113,7 +113,7 @@ class AsgiFrontEnd:
 
     async def _respond(self, send: Send, reply: Reply) -> None:
         headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
-        if self._close_when is not None and self._close_when():
+        if not reply.shed and self._close_when is not None and self._close_when():
             headers.append((b"connection", b"close"))  # the client reconnects, maybe elsewhere
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         await send({"type": "http.response.body", "body": reply.body})

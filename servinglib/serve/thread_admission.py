@@ -7,27 +7,52 @@ sight of the model's own queue and its shedding. Two rules close that gap:
 * the time a request waits for a thread counts against its deadline (the worker passes it
   to the application, which takes it off the request's budget);
 * before the main thread queues a complete inference request for a thread, it estimates
-  that wait, ``(requests waiting + 1) x the mean time a thread holds a request / threads``,
-  and answers 503 with ``Retry-After: 1`` at once when the estimate passes
-  ``max_wait_s`` (half the longest model deadline): the request is refused in a
-  microsecond instead of waiting its whole deadline for a 503 or a 504.
+  when the request would be answered: the wait for a thread, ``(requests waiting + 1) x
+  the mean time a thread holds a request / threads``, plus the mean time a thread holds a
+  request of its model that is served (not shed). Past the model's deadline it answers
+  503 with ``Retry-After: 1`` at once: the request is refused in a microsecond instead of
+  waiting for a thread only to be refused by its model's queue, or to time out.
 
 Example::
 
-    admission = ThreadAdmission(threads=8, max_wait_s=0.5)
-    if admission.admit():
-        pool.submit(serve)      # serve() calls started() first and finished() last
+    admission = ThreadAdmission(threads=8, deadlines_s={"scorer": 1.0})
+    model = inference_model(b"/infer", body)     # None: not an inference request
+    if model is None or admission.admit(model):
+        pool.submit(serve)      # serve() calls started() first and finished(...) last
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-__all__ = ["ThreadAdmission"]
+import orjson
+
+__all__ = ["ThreadAdmission", "inference_model"]
 
 _SMOOTHING = 0.2  # weight of the newest request in the moving-average hold time
+_PEEK_BODY_BYTES = 16384  # a larger /infer body is not parsed on the main thread
+
+
+def inference_model(path: bytes, body: bytes | bytearray) -> str | None:
+    """The model an inference request names ("" when it cannot tell cheaply); None for a
+    path that is not an inference route (probes and metrics are never shed).
+
+    Open Inference names it in the path; ``/infer`` in its JSON body's ``model_id``, read
+    here only from a small uncompressed body.
+    """
+    if path == b"/infer":
+        if len(body) <= _PEEK_BODY_BYTES and body[:1] == b"{":
+            try:
+                model = orjson.loads(body).get("model_id")
+            except (orjson.JSONDecodeError, AttributeError):
+                return ""
+            return model if isinstance(model, str) else ""
+        return ""
+    if path.startswith(b"/v2/models/") and path.endswith(b"/infer"):
+        return path[11:-6].split(b"/", 1)[0].decode("latin-1")
+    return None
 
 
 class ThreadAdmission:
@@ -36,24 +61,29 @@ class ThreadAdmission:
     def __init__(
         self,
         threads: int,
-        max_wait_s: float = float("inf"),
+        deadlines_s: Mapping[str, float] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.threads = max(1, threads)
-        self.max_wait_s = max_wait_s
+        self.deadlines_s = dict(deadlines_s or {})  # by model; unknown: the longest
         self._clock = clock
         self._lock = threading.Lock()
         self.waiting = 0  # queued for a thread, not started yet
         self.hold_s = 0.0  # moving average of how long a thread holds one request
+        self.served_s: dict[str, float] = {}  # the same per model, of requests not shed
 
     def expected_wait_s(self) -> float:
         """How long a request queued now would wait for a thread."""
         return (self.waiting + 1) * self.hold_s / self.threads
 
-    def admit(self) -> bool:
-        """Queue one request for a thread (True), or refuse it: it would wait too long."""
+    def admit(self, model: str) -> bool:
+        """Queue one request for ``model`` (True), or refuse it: it would be answered after
+        its deadline."""
+        budget_s = self.deadlines_s.get(model)
+        if budget_s is None:
+            budget_s = max(self.deadlines_s.values(), default=float("inf"))
         with self._lock:
-            if self.expected_wait_s() > self.max_wait_s:
+            if self.expected_wait_s() + self.served_s.get(model, 0.0) > budget_s:
                 return False
             self.waiting += 1
             return True
@@ -69,8 +99,12 @@ class ThreadAdmission:
             self.waiting = max(0, self.waiting - 1)
         return self._clock()
 
-    def finished(self, started: float) -> None:
-        """The thread is done with the request it started at ``started``."""
+    def finished(self, started: float, model: str = "", shed: bool = False) -> None:
+        """The thread is done with the request for ``model`` it started at ``started``
+        (``shed``: it was refused)."""
         held = self._clock() - started
         with self._lock:
             self.hold_s += _SMOOTHING * (held - self.hold_s)
+            if not shed:
+                served = self.served_s.get(model, held)
+                self.served_s[model] = served + _SMOOTHING * (held - served)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import selectors
+import socket
 import threading
 import time
 from collections import deque
@@ -43,13 +44,14 @@ from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
 from servinglib.http.wsgi import QUEUED_S
 from servinglib.serve.body_timeout import BodyTimeout
 from servinglib.serve.request_framing import RequestFraming
-from servinglib.serve.thread_admission import ThreadAdmission
+from servinglib.serve.thread_admission import ThreadAdmission, inference_model
 
 __all__ = ["GuardedThreadWorker", "json_refusal"]
 
 _READ_BYTES = 65536
 _SCAN_EVERY_S = 0.25  # how often the main thread looks for late heads and bodies
 _SHED = "503 Service Unavailable"
+_LINGER_S = 2.0  # how long a closing connection is drained (gunicorn's close_graceful)
 
 
 class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
@@ -66,18 +68,32 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         # cap and makes room instead, so the loop's check must never trip first.
         self.worker_connections = self.max_open + 1
         self.heads: deque[TConn] = deque()  # reading their requests, oldest first
+        self.lingering: deque[tuple[float, socket.socket]] = deque()  # closing, by deadline
         self.admission = ThreadAdmission(self.cfg.threads)
         self._waits = threading.local()  # per thread: how long its request waited
         self._stopping_at: float | None = None
         self._next_scan = 0.0
 
     def with_queue_wait(self, app: Callable[..., Iterable[bytes]]) -> Callable[..., Any]:
-        """``app`` (WSGI), told in its environ how long each request waited for a thread."""
+        """``app`` (WSGI), told in its environ how long each request waited for a thread.
+
+        An answer with ``Connection: close`` (a shed request's) closes the connection:
+        gunicorn drops that header as hop-by-hop and would keep the connection alive.
+        """
         waits = self._waits
 
         def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
             environ[QUEUED_S] = getattr(waits, "queued_s", 0.0)
-            return app(environ, start_response)
+
+            def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+                waits.shed = status.startswith("503")
+                if any(k.lower() == "connection" and v.lower() == "close" for k, v in headers):
+                    close = getattr(getattr(start_response, "__self__", None), "force_close", None)
+                    if close is not None:
+                        close()
+                return start_response(status, headers, exc_info)
+
+            return app(environ, start)
 
         return wsgi
 
@@ -97,7 +113,8 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
             if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
             return
-        conn = TConn(self.cfg, sock, client, listener.getsockname())  # non-blocking
+        conn = _Conn(self.cfg, sock, client, listener.getsockname())  # non-blocking
+        conn.linger = self._linger
         if self.nr_conns >= self.max_open and not self._evict_oldest_idle():
             conn.close()  # every other connection is busy: refuse this one
             return
@@ -164,7 +181,8 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _admit(self, conn: TConn, framing: RequestFraming) -> None:
         """Queue the complete request for a thread, or shed it: the wait would be too long."""
         conn.arrived = time.monotonic()
-        if not _is_inference(framing.path) or self.admission.admit():
+        conn.model = model = inference_model(framing.path, conn.head[framing.head_size :])
+        if model is None or self.admission.admit(model):
             super().enqueue_req(conn)
             return
         wait_ms = self.admission.expected_wait_s() * 1000
@@ -233,6 +251,7 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         conn.arrived = None
         started = self.admission.started()
         self._waits.queued_s = max(0.0, started - arrived)
+        self._waits.shed = False
         try:
             head = getattr(conn, "head", None)
             if head:
@@ -241,7 +260,39 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
                 conn.parser.unreader.unread(bytes(head))
             return super().handle(conn)
         finally:
-            self.admission.finished(started)
+            self.admission.finished(started, getattr(conn, "model", None) or "", self._waits.shed)
+
+    def _linger(self, sock: socket.socket) -> None:
+        """gunicorn's graceful close, without blocking the main thread.
+
+        After the last answer on a connection, gthread half-closes it and reads until the
+        client closes (so unread request bytes never turn the close into a reset), with a
+        2 s limit, on the main thread: every slow client stalled every other connection
+        meanwhile. Here the poller waits for the client's end instead.
+        """
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            sock.setblocking(False)
+            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain, sock))
+        except (OSError, ValueError, KeyError):
+            sock.close()
+            return
+        self.lingering.append((time.monotonic() + _LINGER_S, sock))
+
+    def _drain(self, sock: socket.socket, _fileobj: Any) -> None:
+        try:
+            if sock.recv(_READ_BYTES):
+                return  # discarded; the client has not closed yet
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            pass
+        self._end_linger(sock)
+
+    def _end_linger(self, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            self.poller.unregister(sock)
+        sock.close()
 
     def murder_pending(self) -> None:
         """gthread's timeouts, heads past ``header_timeout_s``, bodies past their limit.
@@ -252,6 +303,8 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
         """
         super().murder_pending()
         now = time.monotonic()
+        while self.lingering and (self.lingering[0][0] <= now or self.lingering[0][1].fileno() < 0):
+            self._end_linger(self.lingering.popleft()[1])
         if now >= self._next_scan:
             self._next_scan = now + _SCAN_EVERY_S
             for conn in list(self.heads):
@@ -283,6 +336,14 @@ def json_refusal(status: str, message: str, headers: tuple[tuple[str, str], ...]
     return head.encode("latin-1") + body
 
 
-def _is_inference(path: bytes) -> bool:
-    """``/infer`` or an Open Inference ``infer`` path (probes and metrics are never shed)."""
-    return path == b"/infer" or (path.startswith(b"/v2/models/") and path.endswith(b"/infer"))
+class _Conn(TConn):  # type: ignore[misc]
+    """gthread's connection, closed gracefully by the worker's poller (see ``_linger``)."""
+
+    linger: Callable[[socket.socket], None] | None = None
+
+    def close(self, graceful: bool = False) -> None:
+        if graceful and self.linger is not None:
+            self.sock.setblocking(True)  # as TConn.close does; _linger sets it back
+            self.linger(self.sock)
+            return
+        super().close(graceful)

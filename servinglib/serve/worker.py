@@ -53,8 +53,7 @@ class LingeringThreadWorker(GuardedThreadWorker):
         self.header_timeout_s = server.header_timeout_s
         self.body_timeout = BodyTimeout(server.body_timeout_s, server.body_min_bytes_per_s)
         self.max_body_bytes = server.max_request_body_bytes
-        longest_ms = max((model.deadline_ms for model in serving.config.models), default=10000)
-        self.admission.max_wait_s = longest_ms / 1000 / 2  # the rest for the call itself
+        self.admission.deadlines_s = {m.name: m.deadline_ms / 1000 for m in serving.config.models}
         app = create_app(serving.service, serving.metrics, server, liveness=serving.is_live)
         self.wsgi = self.with_queue_wait(app)
 

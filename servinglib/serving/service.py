@@ -311,13 +311,14 @@ class InferenceService:
         Every call runs on the version's own executor, so the caller can answer 504 at the
         deadline whether or not the call started. The exceptions: a composed model's step
         on a thread (``request.inline``) runs a shared unbatched model there, since the
-        thread would only wait for it; an event loop runs one itself while its calls stay
-        quicker than a thread hop.
+        thread would only wait for it, and an event loop runs one itself, both only while
+        its calls stay quicker than a thread hop: a step run inline cannot be given up at
+        its deadline, so a member that hangs (or has not answered yet) runs on its own
+        executor, and the ensemble answers from the rest at the member's deadline.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
-        # A loop never runs a slow call itself; a step's thread runs it, since it would wait.
-        if lane.shared() and blocking and request.inline:
+        if lane.shared() and blocking and request.inline and lane.quick():
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)

@@ -270,3 +270,54 @@ def test_gzip_bombs_are_inflated_off_the_event_loop(tmp_path: Path, start_server
     # with the cores shared, bounds that hold whatever else runs.
     assert p50 < 0.15, f"small requests' p50 {p50 * 1000:.0f} ms with bombs arriving"
     assert p99 < 1.0, f"small requests' p99 {p99 * 1000:.0f} ms with bombs arriving"
+
+
+ENSEMBLE = """  - name: stuck
+    class: models/misbehaving/model.py:Misbehaving
+    repository: models/stuck
+    default_version: "1"
+    require_self_tests: false
+    deadline_ms: 1000
+  - name: vote
+    repository: models/vote
+    default_version: "1"
+    require_self_tests: false
+    ensemble:
+      "1":
+        members:
+          - {model: steady, name: a}
+          - {model: stuck, name: b}
+          - {model: steady, name: c}
+        combiner: vote
+        on_member_failure: answer_from_rest
+        min_members: 1
+"""
+
+
+@pytest.mark.parametrize("worker", ["asyncio", "gthread"])
+def test_an_ensemble_answers_from_the_rest_when_a_member_hangs(
+    tmp_path: Path, start_server: Any, worker: str
+) -> None:
+    """The hung member fails at its own 1 s deadline; the ensemble answers 200 well before its
+    10 s one. (Under gthread the member used to run on the step's thread, where no deadline
+    can stop it: 9 of 16 answers were 504 at 10 s.)"""
+    config = reliability_service(tmp_path, ENSEMBLE)
+    # the hung calls never return: the worker's graceful stop would wait for them
+    config.write_text(config.read_text().replace("server:\n", "server:\n  graceful_timeout_s: 2\n"))
+    (tmp_path / "models" / "stuck" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "stuck" / "1" / "behaviour.json").write_text('{"hang": true}')
+    (tmp_path / "models" / "vote" / "1").mkdir(parents=True)
+    server: LiveServer = start_server(config, "--workers", "1", "--worker", worker)
+
+    def vote(_: int) -> tuple[int, float]:
+        started = time.monotonic()
+        response = requests.post(
+            f"{server.url}/infer", json={"model_id": "vote", "features": {}}, timeout=30
+        )
+        return response.status_code, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(pool.map(vote, range(16)))
+    print(f"figures: {worker}: {sorted((s, round(t, 1)) for s, t in answers)}")
+    assert [status for status, _ in answers] == [200] * 16
+    assert max(seconds for _, seconds in answers) < 6  # 8 threads: two waves of 1 s, and slack

@@ -78,6 +78,16 @@ class RequestFraming:
             framing.length = int(lengths[0])
         return framing
 
+    def answer_continue(self, buffer: bytearray) -> None:
+        """Mark ``Expect: 100-continue`` answered: the field is renamed ``X-100c`` in place
+        (same length, so every offset holds), and gunicorn's parser sends no second 100."""
+        lowered = bytes(buffer[: self.head_size]).lower()
+        start = lowered.find(b"\nexpect:")
+        while start >= 0:
+            buffer[start + 1 : start + 7] = b"X-100c"
+            start = lowered.find(b"\nexpect:", start + 1)
+        self.expects_continue = False
+
     @property
     def has_body(self) -> bool:
         """Whether body bytes follow the head (a length over 0, or chunks)."""

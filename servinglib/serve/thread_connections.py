@@ -171,8 +171,9 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
             framing = conn.framing = RequestFraming.of_head(buffer)
             conn.body_started = time.monotonic()
             if framing.expects_continue and not framing.complete(buffer):
-                with contextlib.suppress(OSError):  # gunicorn's parser sends one more: harmless
+                with contextlib.suppress(OSError):
                     conn.sock.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+                framing.answer_continue(buffer)  # so gunicorn does not send a second one
         if framing.complete(buffer) or framing.body_bytes(buffer) > self.max_body_bytes:
             self._stop_reading(conn)
             conn.data_ready = True  # no wait for data on the thread

@@ -76,3 +76,14 @@ def test_a_bad_chunk_is_left_to_gunicorn() -> None:
 def test_100_continue_is_ignored_for_http_1_0() -> None:
     head = b"POST /infer HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
     assert not RequestFraming.of_head(head).expects_continue
+
+
+def test_an_answered_100_continue_is_renamed_in_place() -> None:
+    head = bytearray(HEAD + b"EXPECT: 100-continue\r\nContent-Length: 3\r\n\r\nab")
+    framing = RequestFraming.of_head(head)
+    assert framing.expects_continue
+    framing.answer_continue(head)
+    assert b"X-100c: 100-continue\r\n" in head
+    assert not framing.expects_continue
+    assert not framing.complete(head)
+    assert framing.complete(head + b"c")

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import requests
 
+from benchmarks._open_loop import closed_loop, open_loop
 from tests.conftest import LiveServer, launch, stop
-from tests.integration._overload import closed_loop, open_loop
 from tests.integration.test_reliability import reliability_service
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Open-loop load for the overload tests and benchmarks: requests at a fixed rate, whatever
+"""Open-loop load for the overload benchmark and tests: requests at a fixed rate, whatever
 the answers, over kept-alive connections or a new connection per request.
 
 The kept-alive pool reuses the connection released last (LIFO), as Go's ``http.Transport``

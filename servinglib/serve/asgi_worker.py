@@ -29,7 +29,7 @@ from uvicorn_worker import UvicornWorker
 from servinglib.http.app import create_asgi_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
-from servinglib.serve.body_timeout import BodyTimeout
+from servinglib.serve.body_timeout import BodyTimeout, TimedBody
 from servinglib.serve.one_write import OneWriteTransport
 from servinglib.serve.settings import connection_cap
 from servinglib.serving.assembly import Worker
@@ -207,7 +207,7 @@ def limited_protocol(
     """
     bounds = limits or ConnectionLimits()
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(TimedBody, HttpToolsProtocol):
         _max_head = (max_fields + 1) * (max_field_bytes + 4)
         _reading_head = True
         _head_bytes = 0
@@ -217,10 +217,7 @@ def limited_protocol(
 
         _head_timer: asyncio.TimerHandle | None = None
         _opened = 0.0
-        _body_timer: asyncio.TimerHandle | None = None
-        _receiving_body = False  # the head is complete, the body is not
-        _body_started = 0.0
-        _body_bytes = 0
+        body_limit = bounds.body
         _stopping = False
         _lingering = False
 
@@ -238,7 +235,7 @@ def limited_protocol(
                 balance.closed()
             if self._head_timer is not None:
                 self._head_timer.cancel()
-            self._stop_body_timer()
+            self.stop_body_timer()
             super().connection_lost(exc)
 
         def shutdown(self) -> None:
@@ -300,7 +297,7 @@ def limited_protocol(
                 return
             sending = [c for c in others if c._receiving_body]
             if sending:
-                min(sending, key=lambda c: c._body_started)._body_refused()
+                min(sending, key=lambda c: c._body_started).refuse_body()
                 return
             self.transport.close()
 
@@ -313,43 +310,7 @@ def limited_protocol(
                     self._refuse(f"the request head is larger than {self._max_head} bytes")
                     return
             super().data_received(data)
-            if self._receiving_body and self._body_timer is None:  # the rest is yet to come
-                self._body_timer = self.loop.call_later(bounds.body.timeout_s, self._body_late)
-
-        def on_body(self, body: bytes) -> None:
-            self._body_bytes += len(body)
-            super().on_body(body)
-
-        def on_message_complete(self) -> None:
-            self._receiving_body = False
-            self._stop_body_timer()
-            super().on_message_complete()
-
-        def _stop_body_timer(self) -> None:
-            if self._body_timer is not None:
-                self._body_timer.cancel()
-                self._body_timer = None
-
-        def _body_late(self) -> None:
-            """The body's time is up, unless it arrived fast enough to earn more."""
-            self._body_timer = None
-            if not self._receiving_body or self.transport.is_closing():
-                return
-            deadline = bounds.body.deadline(self._body_started, self._body_bytes)
-            now = self.loop.time()
-            if now < deadline:
-                self._body_timer = self.loop.call_later(deadline - now, self._body_late)
-                return
-            self._body_refused()
-
-        def _body_refused(self) -> None:
-            """408 and close: the body did not arrive in time (or its slot is needed)."""
-            self._receiving_body = False
-            self._stop_body_timer()
-            if self.cycle is not None and self.cycle.response_started:
-                self.transport.close()
-                return
-            self._answer_and_close(b"408 Request Timeout", bounds.body.message(self._body_bytes))
+            self.time_body()
 
         def on_message_begin(self) -> None:
             self._reading_head, self._head_bytes, self._fields, self._url_bytes = True, 0, 0, 0
@@ -380,9 +341,7 @@ def limited_protocol(
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
-            self._receiving_body = True  # until on_message_complete, often at once
-            self._body_started = self.loop.time()
-            self._body_bytes = 0
+            self.body_began()
             before = self.cycle
             super().on_headers_complete()
             if self.cycle is not None and self.cycle is not before:  # this request's cycle

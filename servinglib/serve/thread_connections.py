@@ -197,6 +197,10 @@ class GuardedThreadWorker(ThreadWorker):  # type: ignore[misc]
             conn.sock.send(answer)
         self.nr_conns -= 1
         conn.close()
+        self.shed_before_thread(model, framing.path.decode("latin-1"))
+
+    def shed_before_thread(self, model: str, path: str) -> None:
+        """Told of each request refused before it waited for a thread (metrics, log)."""
 
     def _max_head_bytes(self) -> int:
         fields = (self.cfg.limit_request_field_size + 2) * (self.cfg.limit_request_fields + 2)

@@ -27,6 +27,7 @@ import select
 import socket
 from typing import Any
 
+from servinglib.http._context import log_request, request_id_from
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.body_timeout import BodyTimeout
@@ -56,6 +57,16 @@ class LingeringThreadWorker(GuardedThreadWorker):
         self.admission.deadlines_s = {m.name: m.deadline_ms / 1000 for m in serving.config.models}
         app = create_app(serving.service, serving.metrics, server, liveness=serving.is_live)
         self.wsgi = self.with_queue_wait(app)
+
+    def shed_before_thread(self, model: str, path: str) -> None:
+        """Count and log the refusal like any other shed request (outcome ``shed``)."""
+        serving = self.serving
+        if serving is None:
+            return
+        known = model if model in serving.service.models else ""
+        protocol = "infer" if path == "/infer" else "v2"
+        serving.metrics.observe_request(known or "_unknown", "", protocol, "shed", 0.0)
+        log_request(request_id_from(None), "POST", path, 503, 0.0, known, "", protocol)
 
     def handle_quit(self, sig: int, frame: Any) -> None:
         """SIGQUIT (and SIGINT, which the master turns into SIGQUIT): drain like SIGTERM."""

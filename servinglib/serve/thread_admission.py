@@ -8,9 +8,9 @@ sight of the model's own queue and its shedding. Two rules close that gap:
   to the application, which takes it off the request's budget);
 * before the main thread queues a complete inference request for a thread, it estimates
   when the request would be answered: the wait for a thread, ``(requests waiting + 1) x
-  the mean time a thread holds a request / threads``, plus the mean time a thread holds a
-  request of its model that is served (not shed), with a margin. Past the model's deadline
-  it answers
+  the mean time a thread holds a request / threads`` (with a margin), plus the mean time a
+  thread holds a request of its model that is served (not shed). When requests are
+  already waiting and that passes the model's deadline, it answers
   503 with ``Retry-After: 1`` at once: the request is refused in a microsecond instead of
   waiting for a thread only to be refused by its model's queue, or to time out.
 
@@ -33,7 +33,7 @@ import orjson
 __all__ = ["ThreadAdmission", "inference_model"]
 
 _SMOOTHING = 0.2  # weight of the newest request in the moving-average hold time
-# The estimate counts on this much more than the averages, as the model queue's admission
+# The wait estimate counts on this much more than the averages, as the model queue's admission
 # does (servinglib.serving.batching): a request let in too optimistically waits for a thread, only
 # to be refused by that queue (measured: 56 % of 503s came after such a wait without it).
 _ESTIMATE_MARGIN = 1.5
@@ -88,8 +88,9 @@ class ThreadAdmission:
         if budget_s is None:
             budget_s = max(self.deadlines_s.values(), default=float("inf"))
         with self._lock:
-            expected = self.expected_wait_s() + self.served_s.get(model, 0.0)
-            if expected * _ESTIMATE_MARGIN > budget_s:
+            # Nobody waiting: a thread is free or about to be, whatever the model's pace.
+            expected = self.expected_wait_s() * _ESTIMATE_MARGIN + self.served_s.get(model, 0.0)
+            if self.waiting and expected > budget_s:
                 return False
             self.waiting += 1
             return True

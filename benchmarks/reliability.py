@@ -4,7 +4,8 @@
 
 One unbatched model (tests/fixtures/reliability: ``instances: 1``, 50 ms per call,
 ``deadline_ms: 1000``) on two workers, under each worker class. Capacity is measured first
-(closed loop, 8 clients, a new connection per request); then 4x that rate arrives evenly
+(closed loop, 16 clients, a new connection per request; 8 per worker keep each one's
+copy busy even when the kernel spreads the connections unevenly); then 4x that rate arrives evenly
 spaced for ``--seconds``, whatever the answers (open loop), once over kept-alive
 connections (a pool that reuses the connection released last, as Go's and urllib3's do) and
 once with a new connection per request. Goodput counts the 200s answered from the first
@@ -81,7 +82,7 @@ def measure(seconds: float, worker: str, workdir: Path) -> list[Overload]:
     runs = []
     try:
         closed_loop(server.url, "/infer", BODY, concurrency=4, seconds=2)  # warm-up
-        capacity = closed_loop(server.url, "/infer", BODY, concurrency=8, seconds=10)
+        capacity = closed_loop(server.url, "/infer", BODY, concurrency=16, seconds=10)
         for keepalive in (True, False):
             answers = open_loop(
                 server.url, "/infer", BODY, 4 * capacity, seconds, keepalive=keepalive
@@ -103,7 +104,8 @@ def render(runs: list[Overload], seconds: float, command: str) -> str:
             f"Machine: {_machine()}.",
             "",
             f"4x the measured capacity for {seconds:.0f} s, open loop. Goodput: 200s answered "
-            "from the first second to the end of the load, per second; latencies in ms.",
+            "from the first second to the end of the load, per second; latencies in ms. The "
+            "model's own limit is 40 calls/s (two copies of 50 ms).",
             "",
             "| worker | connections | capacity/s | offered/s | goodput/s | 200 p50 | 200 p99 | "
             "503 p50 | statuses |",

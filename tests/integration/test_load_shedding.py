@@ -48,7 +48,7 @@ def test_4x_unbatched_overload_serves_capacity_and_sheds_the_rest_with_503(
     server: LiveServer = start_server(
         reliability_service(tmp_path, SLOW), "--workers", "2", "--worker", worker
     )
-    capacity = closed_loop(server.url, "/infer", SLOW_BODY, concurrency=8, seconds=3)
+    capacity = closed_loop(server.url, "/infer", SLOW_BODY, concurrency=16, seconds=3)
     seconds = 8.0
     answers = open_loop(server.url, "/infer", SLOW_BODY, 4 * capacity, seconds, keepalive=keepalive)
     statuses = Counter(a.status for a in answers)

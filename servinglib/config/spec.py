@@ -68,6 +68,8 @@ class ServerConfig:
     max_requests_jitter: int = 0
     max_rss_mb: int = 0
     header_timeout_s: float = 10.0
+    body_timeout_s: float = 10.0
+    body_min_bytes_per_s: int = 1024
     max_connections: int = 1000
     max_request_body_bytes: int = 8 * 1024 * 1024
     max_json_depth: int = 64

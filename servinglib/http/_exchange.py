@@ -34,6 +34,7 @@ from servinglib.serving.service import InferenceRequest, InferenceService, Predi
 from servinglib.wire.content_coding import (
     ContentCodingError,
     decode_body,
+    decode_small_body,
     encode_body,
     response_coding,
 )
@@ -50,7 +51,12 @@ class Reply:
     """The answer to send: status, headers, body, and the work to run once it is sent.
 
     ``shed``: the request was refused for a full queue (the event loop pauses before it
-    answers, see :data:`servinglib.http.asgi.SHED_PAUSE_S`).
+    answers, see :data:`servinglib.http.asgi.SHED_PAUSE_S`). The answer closes the
+    connection: a client pool reuses the connection released last, so a kept-alive
+    connection to a worker that refuses would get the client's next request at once, and
+    the next, while the connections to a worker with room sat idle (measured: 62 % of
+    capacity served at 4x load with a LIFO pool, 97 % with a connection per request). A
+    new connection goes to whichever worker accepts it first, usually one with room.
     """
 
     status: int
@@ -128,6 +134,7 @@ class Exchange:
         "started",
         "timeout_ms",
         "version",
+        "waited_s",
     )
 
     def __init__(
@@ -150,6 +157,7 @@ class Exchange:
         self.timeout_ms = envoy_timeout_ms(
             header(ENVOY_TIMEOUT_HEADER), endpoints.deadline_margin_ms
         )
+        self.waited_s = 0.0
         self._path_model = model
         self._path_version = version
         self._label = "_unknown"
@@ -163,6 +171,12 @@ class Exchange:
         self._in_flight = endpoints.metrics.in_flight_gauge(protocol.name)
         self._in_flight.inc()
         PRECOMPUTED_LOOKUP.set(None)  # this thread or task may have answered one before
+
+    def queued_for(self, seconds: float) -> None:
+        """The request waited ``seconds`` for a thread before it got here: it counts against
+        its deadline and its recorded duration."""
+        self.waited_s = seconds
+        self.started -= seconds
 
     def check_head(self) -> None:
         """Refuse a request by its method, path, content type or declared length.
@@ -208,6 +222,29 @@ class Exchange:
                 raw = decode_body(raw, coding, self._endpoints.max_body)
             except ContentCodingError as e:
                 raise HttpError(e.status, str(e)) from None
+        return self._parse_decoded(raw)
+
+    def parse_small(self, raw: bytes, small: int) -> InferenceRequest | None:
+        """:meth:`parse`, or None when the body, once inflated, is larger than ``small``.
+
+        An event loop parses a small body itself and hands a larger one to a thread: the
+        decision looks at the inflated size, which it learns by inflating at most ``small``
+        bytes (plus one step). Same errors as :meth:`parse`.
+        """
+        if len(raw) > small:
+            return None
+        coding = self.header("content-encoding")
+        if coding:
+            try:
+                decoded = decode_small_body(raw, coding, self._endpoints.max_body, small)
+            except ContentCodingError as e:
+                raise HttpError(e.status, str(e)) from None
+            if decoded is None:
+                return None
+            raw = decoded
+        return self._parse_decoded(raw)
+
+    def _parse_decoded(self, raw: bytes) -> InferenceRequest:
         request, self._context = self.protocol.parse(
             raw, self._path_model, self._path_version, self
         )
@@ -279,4 +316,7 @@ class Exchange:
         lookup = PRECOMPUTED_LOOKUP.get()
         if lookup is not None:
             headers.append((PRECOMPUTED_HEADER, lookup))
-        return Reply(self._status, headers, body, followups, self._outcome == "shed")
+        shed = self._outcome == "shed"
+        if shed:  # the client reconnects: see Reply
+            headers.append(("Connection", "close"))
+        return Reply(self._status, headers, body, followups, shed)

@@ -37,6 +37,7 @@ class Head(Protocol):
 
     request_id: str
     timeout_ms: float | None
+    waited_s: float
 
     def header(self, name: str) -> str | None:
         """A request header by lower-case name."""
@@ -128,6 +129,7 @@ class InferProtocol(JsonProtocol):
             request_id=head.request_id,
             routing_key=head.routing_key(model),
             timeout_ms=head.timeout_ms,
+            waited_s=head.waited_s,
             priority=request_priority(body.get("priority")),
         )
         return request, None
@@ -197,6 +199,7 @@ class V2Protocol(JsonProtocol):
             request_id=head.request_id,
             routing_key=head.routing_key(model),
             timeout_ms=head.timeout_ms,
+            waited_s=head.waited_s,
             priority=request_priority(decoded.parameters.get("priority")),
         )
         return request, decoded

@@ -14,7 +14,11 @@ from servinglib.http._exchange import Endpoints
 from servinglib.http.errors import HttpError, too_large
 from servinglib.serving.service import run_followups
 
-__all__ = ["WsgiFrontEnd"]
+__all__ = ["QUEUED_S", "WsgiFrontEnd"]
+
+# environ key a server may set: seconds the request waited for a thread before the app saw
+# it (servinglib's gthread worker does); it counts against the request's deadline.
+QUEUED_S = "servinglib.queued_s"
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -49,6 +53,9 @@ class WsgiFrontEnd:
         )
         if exchange is None:
             return self._fallback(environ, start_response)
+        waited = environ.get(QUEUED_S)
+        if waited:
+            exchange.queued_for(waited)
         followups: list[Callable[[], None]] = []
         try:
             exchange.check_head()

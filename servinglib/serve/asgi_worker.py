@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, ClassVar, cast
 
@@ -29,6 +29,7 @@ from uvicorn_worker import UvicornWorker
 from servinglib.http.app import create_asgi_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
+from servinglib.serve.body_timeout import BodyTimeout, TimedBody
 from servinglib.serve.one_write import OneWriteTransport
 from servinglib.serve.settings import connection_cap
 from servinglib.serving.assembly import Worker
@@ -71,7 +72,11 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
             self.cfg.limit_request_field_size,
             self.cfg.limit_request_fields,
             balance,
-            ConnectionLimits(server.header_timeout_s, connection_cap(server.max_connections)),
+            ConnectionLimits(
+                server.header_timeout_s,
+                connection_cap(server.max_connections),
+                BodyTimeout(server.body_timeout_s, server.body_min_bytes_per_s),
+            ),
         )
         self.wsgi = create_asgi_app(
             serving.service,
@@ -193,10 +198,11 @@ def _already_stopping(signum: int, frame: FrameType | None) -> None:
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """How long a request head may take, and how many connections a worker keeps open."""
+    """How long a request head and body may take; how many connections a worker keeps open."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 1000
+    body: BodyTimeout = field(default_factory=BodyTimeout)
 
 
 def limited_protocol(
@@ -209,9 +215,11 @@ def limited_protocol(
 
     It also counts the worker's open connections in ``balance``, closes a connection whose
     request head is not complete ``header_timeout_s`` after it opened (or after the head
-    began, on a kept-alive connection), and keeps at most ``max_connections`` open: a new
-    one beyond it closes the longest-open connection that has no request in progress (a
-    slow or idle client), or itself when every connection is busy.
+    began, on a kept-alive connection), answers 408 and closes one whose body is late
+    (``limits.body``), and keeps at most ``max_connections`` open: a new one beyond it
+    closes the longest-open connection that has no request in progress (a slow or idle
+    client), else the one whose body has been arriving longest (408), or itself when
+    every connection has a request in progress.
 
     httptools itself accepts any number and size of header fields; this answers 431 and
     closes the connection when the request line or a field is longer than
@@ -220,7 +228,7 @@ def limited_protocol(
     """
     bounds = limits or ConnectionLimits()
 
-    class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    class LimitedHttpToolsProtocol(TimedBody, HttpToolsProtocol):
         _max_head = (max_fields + 1) * (max_field_bytes + 4)
         _reading_head = True
         _head_bytes = 0
@@ -230,6 +238,7 @@ def limited_protocol(
 
         _head_timer: asyncio.TimerHandle | None = None
         _opened = 0.0
+        body_limit = bounds.body
         _stopping = False
         _lingering = False
 
@@ -247,6 +256,7 @@ def limited_protocol(
                 balance.closed()
             if self._head_timer is not None:
                 self._head_timer.cancel()
+            self.stop_body_timer()
             super().connection_lost(exc)
 
         def shutdown(self) -> None:
@@ -297,16 +307,20 @@ def limited_protocol(
                 self.transport.close()  # no request to answer: its head never arrived
 
         def _make_room(self) -> None:
-            idle = [
+            others = [
                 c
                 for c in self.connections
-                if c is not self and isinstance(c, LimitedHttpToolsProtocol) and c._idle()
+                if c is not self and isinstance(c, LimitedHttpToolsProtocol)
             ]
-            if not idle:
-                self.transport.close()
+            idle = [c for c in others if c._idle()]
+            if idle:
+                min(idle, key=lambda c: c._opened).transport.close()
                 return
-            oldest = min(idle, key=lambda c: c._opened)
-            oldest.transport.close()
+            sending = [c for c in others if c._receiving_body]
+            if sending:
+                min(sending, key=lambda c: c._body_started).refuse_body()
+                return
+            self.transport.close()
 
         def data_received(self, data: bytes) -> None:
             if self._lingering:
@@ -317,6 +331,7 @@ def limited_protocol(
                     self._refuse(f"the request head is larger than {self._max_head} bytes")
                     return
             super().data_received(data)
+            self.time_body()
 
         def on_message_begin(self) -> None:
             self._reading_head, self._head_bytes, self._fields, self._url_bytes = True, 0, 0, 0
@@ -347,6 +362,7 @@ def limited_protocol(
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
+            self.body_began()
             before = self.cycle
             super().on_headers_complete()
             if self.cycle is not None and self.cycle is not before:  # this request's cycle

@@ -5,9 +5,10 @@ each response: a wake-up through a pipe, an epoll registration, another wake-up 
 next request arrives, and a new hand-off to the thread pool. For a client that sends its
 next request at once (a load balancer's pooled connection, a batch client), that costs more
 than the request itself. This worker lets the thread that answered wait a moment for the
-connection's next request and serve it directly; a connection that stays quiet goes back
-to the poller as before. Request heads are read by the main thread first, with a time
-limit and a cap on open connections (:mod:`servinglib.serve.thread_connections`).
+connection's next request and serve it directly when it is all there; a connection that
+stays quiet, or whose next request is still arriving, goes back to the poller as before.
+Requests are read by the main thread first, with time limits, a cap on open connections
+and admission control (:mod:`servinglib.serve.thread_connections`).
 
 It lingers only while every connection of the worker can have a thread of its own
 (connections <= threads), so it can never make a new connection wait for a thread, and not
@@ -22,17 +23,22 @@ of servinglib (:mod:`servinglib.serve.refusals`).
 from __future__ import annotations
 
 import select
+import socket
 from typing import Any
 
+from servinglib.http._context import log_request, request_id_from
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
+from servinglib.serve.body_timeout import BodyTimeout
 from servinglib.serve.refusals import refusal
+from servinglib.serve.request_framing import RequestFraming, head_end
 from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
 from servinglib.serving.assembly import Worker
 
 __all__ = ["LINGER_S", "LingeringThreadWorker"]
 
 LINGER_S = 0.002  # how long a thread waits for the next request of its connection
+_PEEK_BYTES = 65536  # a next request larger than this goes back to the main thread
 
 
 class LingeringThreadWorker(GuardedThreadWorker):
@@ -44,10 +50,23 @@ class LingeringThreadWorker(GuardedThreadWorker):
         """Load every model (the worker), then build the WSGI app around it."""
         serving = worker_from_environment()
         self.serving = serving
-        self.header_timeout_s = serving.config.server.header_timeout_s
-        self.wsgi = create_app(
-            serving.service, serving.metrics, serving.config.server, liveness=serving.is_live
-        )
+        server = serving.config.server
+        self.header_timeout_s = server.header_timeout_s
+        self.body_timeout = BodyTimeout(server.body_timeout_s, server.body_min_bytes_per_s)
+        self.max_body_bytes = server.max_request_body_bytes
+        self.admission.deadlines_s = {m.name: m.deadline_ms / 1000 for m in serving.config.models}
+        app = create_app(serving.service, serving.metrics, server, liveness=serving.is_live)
+        self.wsgi = self.with_queue_wait(app)
+
+    def shed_before_thread(self, model: str, path: str) -> None:
+        """Count and log the refusal like any other shed request (outcome ``shed``)."""
+        serving = self.serving
+        if serving is None:
+            return
+        known = model if model in serving.service.models else ""
+        protocol = "infer" if path == "/infer" else "v2"
+        serving.metrics.observe_request(known or "_unknown", "", protocol, "shed", 0.0)
+        log_request(request_id_from(None), "POST", path, 503, 0.0, known, "", protocol)
 
     def handle_quit(self, sig: int, frame: Any) -> None:
         """SIGQUIT (and SIGINT, which the master turns into SIGQUIT): drain like SIGTERM."""
@@ -83,11 +102,22 @@ class LingeringThreadWorker(GuardedThreadWorker):
 
 
 def _next_request_ready(conn: Any) -> bool:
-    """Whether the connection's next request arrives within :data:`LINGER_S`."""
-    if conn.parser.unreader.buf.getvalue():
-        return True  # already read ahead
+    """Whether the connection's whole next request arrives within :data:`LINGER_S`.
+
+    Only a request already complete is served on this thread: one whose head or body is
+    still on its way goes back to the main thread, which reads it without blocking.
+    """
+    buffered = conn.parser.unreader.buf.getvalue()
     try:
-        readable, _, _ = select.select([conn.sock], [], [], LINGER_S)
+        if not buffered:
+            readable, _, _ = select.select([conn.sock], [], [], LINGER_S)
+            if not readable:
+                return False
+        peeked = buffered + conn.sock.recv(_PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        peeked = buffered
     except (OSError, ValueError):
         return False
-    return bool(readable)
+    if head_end(peeked) < 0:
+        return False
+    return RequestFraming.of_head(peeked).complete(peeked)

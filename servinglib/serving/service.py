@@ -68,6 +68,8 @@ class InferenceRequest:
         observed: False for the calls a version makes while it loads (a composed model's
             self-tests and warm-up): answered as usual, but neither monitored for drift,
             written to the prediction log nor copied to shadows.
+        waited_s: how long the request already waited for a server thread; it counts
+            against the deadline.
     """
 
     model: str
@@ -80,6 +82,7 @@ class InferenceRequest:
     priority: int | None = None
     inline: bool = False
     observed: bool = True
+    waited_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -298,7 +301,12 @@ class InferenceService:
     def _admit(self, request: InferenceRequest) -> _Call:
         """The one admission path: the lane, deadline and version, once the input passes."""
         lane = self.lane(request.model)
-        deadline = lane.deadline(request.timeout_ms)
+        deadline = lane.deadline(request.timeout_ms) - request.waited_s
+        if request.waited_s and self._clock() >= deadline:
+            raise OverloadedError(
+                f"the request waited {request.waited_s * 1000:.0f} ms for a server thread, "
+                f"past the deadline of model {request.model!r}; retry later or another replica"
+            )
         if request.tensors:
             ready = lane.route(request.version, request.routing_key)
             lane.check_tensors(ready, request.inputs)
@@ -321,13 +329,14 @@ class InferenceService:
         Every call runs on the version's own executor, so the caller can answer 504 at the
         deadline whether or not the call started. The exceptions: a composed model's step
         on a thread (``request.inline``) runs a shared unbatched model there, since the
-        thread would only wait for it; an event loop runs one itself while its calls stay
-        quicker than a thread hop.
+        thread would only wait for it, and an event loop runs one itself, both only while
+        its calls stay quicker than a thread hop: a step run inline cannot be given up at
+        its deadline, so a member that hangs (or has not answered yet) runs on its own
+        executor, and the ensemble answers from the rest at the member's deadline.
         """
         lane, deadline = call.lane, call.deadline
         instance, features = call.ready.instance, request.inputs
-        # A loop never runs a slow call itself; a step's thread runs it, since it would wait.
-        if lane.shared() and blocking and request.inline:
+        if lane.shared() and blocking and request.inline and lane.quick():
             payload = instance.prepare(features)
             call.check_deadline()
             return True, lane.timed(instance, payload)

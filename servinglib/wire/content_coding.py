@@ -24,7 +24,14 @@ from werkzeug.http import parse_accept_header
 
 from servinglib.errors import InvalidInputError
 
-__all__ = ["CODINGS", "ContentCodingError", "decode_body", "encode_body", "response_coding"]
+__all__ = [
+    "CODINGS",
+    "ContentCodingError",
+    "decode_body",
+    "decode_small_body",
+    "encode_body",
+    "response_coding",
+]
 
 # Codings servinglib decodes and encodes, in the order it prefers them for answers.
 CODINGS = ("gzip", "deflate")
@@ -47,6 +54,26 @@ def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
         ContentCodingError: 415 for a coding other than gzip, deflate or identity; 400 for
             data that is not valid in its coding; 413 when the decoded body passes ``limit``.
     """
+    decoded = _decode(body, content_encoding, limit, None)
+    assert decoded is not None  # only a stop_past stops early
+    return decoded
+
+
+def decode_small_body(
+    body: bytes, content_encoding: str | None, limit: int, small: int
+) -> bytes | None:
+    """:func:`decode_body`, or None once the decoded body passes ``small`` bytes.
+
+    An event loop inflates a body itself only while it stays small: a 7.6 KiB gzip body
+    can hold 7.5 MiB. It stops one 64 KiB step past ``small`` and hands the body to a
+    thread, which decodes it again with :func:`decode_body`. Same errors.
+    """
+    return _decode(body, content_encoding, limit, small)
+
+
+def _decode(
+    body: bytes, content_encoding: str | None, limit: int, stop_past: int | None
+) -> bytes | None:
     names = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
     for coding in reversed([_ALIASES.get(name, name) for name in names]):
         if coding == "identity":
@@ -57,7 +84,10 @@ def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
                 "uncompressed body",
                 415,
             )
-        body = _inflate(body, coding, limit)
+        inflated = _inflate(body, coding, limit, stop_past)
+        if inflated is None:
+            return None
+        body = inflated
     return body
 
 
@@ -94,15 +124,18 @@ def encode_body(body: bytes, coding: str) -> bytes:
     return compressor.compress(body) + compressor.flush()
 
 
-def _inflate(data: bytes, coding: str, limit: int) -> bytes:
-    """Decompress one coding, never producing more than ``limit`` bytes."""
+def _inflate(data: bytes, coding: str, limit: int, stop_past: int | None) -> bytes | None:
+    """Decompress one coding, never producing more than ``limit`` bytes.
+
+    None once the output passes ``stop_past`` (when given): the caller decodes it elsewhere.
+    """
     try:
         if coding == "gzip":
-            return _inflate_members(data, 16 + zlib.MAX_WBITS, limit)
-        try:
-            return _inflate_members(data, zlib.MAX_WBITS, limit)  # RFC 9110: zlib format
-        except zlib.error:
-            return _inflate_members(data, -zlib.MAX_WBITS, limit)  # raw deflate, as sent by some
+            return _inflate_members(data, 16 + zlib.MAX_WBITS, limit, stop_past)
+        try:  # RFC 9110: zlib format
+            return _inflate_members(data, zlib.MAX_WBITS, limit, stop_past)
+        except zlib.error:  # raw deflate, as sent by some
+            return _inflate_members(data, -zlib.MAX_WBITS, limit, stop_past)
     except zlib.error as e:
         raise ContentCodingError(
             f"the body is not valid {coding} data ({e}); compress it with {coding} or drop "
@@ -111,8 +144,12 @@ def _inflate(data: bytes, coding: str, limit: int) -> bytes:
         ) from None
 
 
-def _inflate_members(data: bytes, wbits: int, limit: int) -> bytes:
-    """Every member of a (possibly concatenated) stream, stopping past ``limit`` bytes."""
+def _inflate_members(data: bytes, wbits: int, limit: int, stop_past: int | None) -> bytes | None:
+    """Every member of a (possibly concatenated) stream, stopping past ``limit`` bytes.
+
+    Inflated 64 KiB at a time, so a body is never inflated further than one step past
+    ``limit`` (413) or ``stop_past`` (None).
+    """
     out = bytearray()
     while data:
         inflater = zlib.decompressobj(wbits)
@@ -121,6 +158,8 @@ def _inflate_members(data: bytes, wbits: int, limit: int) -> bytes:
             out += chunk
             if len(out) > limit:
                 raise _too_large(limit)
+            if stop_past is not None and len(out) > stop_past:
+                return None
             if not inflater.unconsumed_tail:
                 break
             chunk = inflater.decompress(inflater.unconsumed_tail, _CHUNK)

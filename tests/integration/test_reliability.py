@@ -1,7 +1,8 @@
-"""No wedged workers: hung models, overload without a batcher, signals, under real gunicorn.
+"""No wedged workers: hung models, signals, slow clients, memory, under real gunicorn.
 
 Each test runs ``servinglib serve --workers 2`` over the misbehaving fixture model
-(tests/fixtures/reliability) and waits for conditions, never for a fixed time.
+(tests/fixtures/reliability) and waits for conditions, never for a fixed time. Overload is in
+test_load_shedding.py.
 """
 
 from __future__ import annotations
@@ -121,75 +122,6 @@ def test_a_quick_model_that_stops_on_the_event_loop_is_cut_off_and_moved_to_thre
     assert answer.json()["output"]["thread"] != "MainThread"
     after = infer(server.url, "steady", quick).json()["output"]["thread"]
     assert after != "MainThread"  # its calls stay on the model's threads
-
-
-SLOW_MODEL = """  - name: slow
-    class: models/misbehaving/model.py:Misbehaving
-    repository: models/misbehaving
-    default_version: "1"
-    instances: 1
-    deadline_ms: 300
-"""
-SLOW_CALL_S = 0.05  # one call of 'slow'; one copy per worker: 20 calls/s per worker
-
-
-def load(url: str, rate: float, seconds: float) -> list[tuple[int, float, str]]:
-    """Open-loop load on 'slow': ``rate`` requests/s for ``seconds``.
-
-    Returns (status, latency s, Retry-After) per request; status 0 is a client failure.
-    A connection per request: the workers share the load as a proxy's pool would spread
-    it, instead of whichever worker accepted a long-lived connection first.
-    """
-
-    def one(_: int) -> tuple[int, float, str]:
-        started = time.monotonic()
-        try:
-            response = requests.post(
-                f"{url}/infer",
-                json={"model_id": "slow", "features": {"sleep_s": SLOW_CALL_S}},
-                headers={"Connection": "close"},
-                timeout=30,
-            )
-        except requests.RequestException:
-            return 0, time.monotonic() - started, ""
-        return (
-            response.status_code,
-            time.monotonic() - started,
-            response.headers.get("Retry-After", ""),
-        )
-
-    with ThreadPoolExecutor(max_workers=96) as pool:
-        futures = []
-        start = time.monotonic()
-        for i in range(int(rate * seconds)):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            futures.append(pool.submit(one, i))
-        return [future.result() for future in futures]
-
-
-def test_unbatched_overload_sheds_with_503_and_keeps_goodput(
-    tmp_path: Path, start_server: Any
-) -> None:
-    server: LiveServer = start_server(reliability_service(tmp_path, SLOW_MODEL), "--workers", "2")
-    capacity = 2 / SLOW_CALL_S  # two workers, one copy each
-    seconds = 8.0
-    results = load(server.url, 4 * capacity, seconds)
-    statuses = Counter(status for status, _, _ in results)
-    print(f"figures: {statuses}, goodput {len(results) and statuses[200] / seconds:.1f}/s")
-    assert statuses[500] == 0, statuses
-    assert statuses[0] == 0, statuses
-    assert statuses[503] > 0, statuses
-    assert all(retry == "1" for status, _, retry in results if status == 503)
-    accepted = sorted(latency for status, latency, _ in results if status == 200)
-    p99 = accepted[int(0.99 * (len(accepted) - 1))]
-    goodput = len(accepted) / seconds
-    # shed requests are refused before they wait: what is accepted meets its 300 ms deadline
-    assert statuses[504] <= 0.02 * len(results), statuses
-    print(f"figures: accepted p99 {p99 * 1000:.0f} ms")
-    assert p99 < 1.0, f"accepted p99 {p99:.3f} s"
-    assert goodput >= 0.8 * capacity, f"goodput {goodput:.1f}/s of {capacity:.0f}/s ({statuses})"
 
 
 def prediction_log_service(tmp_path: Path) -> tuple[Path, str]:

@@ -107,3 +107,22 @@ def test_encode_round_trips(coding: str) -> None:
 def test_encode_refuses_unknown_coding() -> None:
     with pytest.raises(ValueError, match="unknown coding 'br'"):
         encode_body(BODY, "br")
+
+
+def test_a_small_body_is_decoded_inline_and_a_bomb_is_left_for_a_thread() -> None:
+    from servinglib.wire.content_coding import decode_small_body
+
+    assert decode_small_body(gzip.compress(BODY), "gzip", 8 << 20, small=len(BODY)) == BODY
+    assert decode_small_body(BODY, None, 8 << 20, small=len(BODY)) == BODY
+    bomb = gzip.compress(b" " * (7_500 * 1024), 9)  # 7.5 MiB from about 7.5 KiB
+    assert len(bomb) < 10_000
+    assert decode_small_body(bomb, "gzip", 8 << 20, small=256 * 1024) is None
+    assert (
+        decode_small_body(
+            zlib.compress(gzip.compress(b" " * 300_000)), "gzip, deflate", 8 << 20, small=256 * 1024
+        )
+        is None
+    )
+    with pytest.raises(ContentCodingError) as refused:  # errors are found inline as before
+        decode_small_body(b"not gzip", "gzip", 8 << 20, small=256 * 1024)
+    assert refused.value.status == 400

@@ -34,6 +34,7 @@ class FakeHead:
     def __init__(self, headers: dict[str, str] | None = None) -> None:
         self.request_id = "rid-1"
         self.timeout_ms: float | None = 250.0
+        self.waited_s = 0.0
         self._headers = headers or {}
 
     def header(self, name: str) -> str | None:

@@ -39,6 +39,10 @@ EXPORT_WARNINGS = [
 
 
 prepare_module = import_file(EXAMPLE / "prepare.py")
+
+# A fresh checkout builds MiniLM's FP32 and INT8 files once (export, quantize, measure): it
+# takes minutes on a busy 2-core machine, and the first test that needs them waits for it.
+pytestmark = pytest.mark.timeout(1200)
 model_module = import_file(REPOSITORY / "model.py")
 
 

@@ -19,9 +19,10 @@ dimension when ``max_batch_size`` > 0). So the document must say what the server
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from servinglib.compose.triton import COMBINER_SUFFIX
 from servinglib.config.spec import BatchPolicy
 from servinglib.model import TensorSpec
 from servinglib.wire.batch_rows import splits_rows
@@ -127,3 +128,18 @@ def _max_rows(
             if high is not None:
                 limit = min(limit, high)
     return limit
+
+
+def combiner_config_of(
+    model: str, known: Collection[str], instance_of: Callable[[str], object]
+) -> dict[str, Any] | None:
+    """The configuration of ``<ensemble>_combiner``, the combiner step of an ensemble's
+    scheduling, when ``model`` names one (and no configured model of its own); else None.
+
+    Triton's tools (perf_analyzer) read the configuration of every step, over REST and gRPC.
+    """
+    base = model.removesuffix(COMBINER_SUFFIX)
+    if base == model or model in known or base not in known:
+        return None
+    config = getattr(instance_of(base), "combiner_config", None)
+    return config() if callable(config) else None

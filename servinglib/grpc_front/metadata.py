@@ -13,7 +13,11 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from servinglib.describe.triton_config import tensor_metadata, triton_model_config
+from servinglib.describe.triton_config import (
+    combiner_config_of,
+    tensor_metadata,
+    triton_model_config,
+)
 from servinglib.errors import InvalidInputError, public_reason
 from servinglib.grpc_front.proto import inference_pb2 as pb
 from servinglib.monitoring.metrics import ServingMetrics
@@ -73,21 +77,23 @@ def model_metadata(service: InferenceService, request: Any) -> Any:
 def model_config(service: InferenceService, request: Any) -> Any:
     """Triton's model configuration, the document ``/v2/models/{m}/config`` answers."""
     registry = service.registry
-    record = registry.get(request.name, _version(request.version))
-    settings = registry.model_config(request.name)
-    config = triton_model_config(
-        request.name,
-        record.instance,
-        record.instance.inputs,
-        record.instance.outputs,
-        settings.batching,
-        [r.version for r in registry.records(request.name)],
-        registry.default_version(request.name),
-        settings.input_schema,
+    version = _version(request.version)
+    config = combiner_config_of(  # an ensemble's combiner step: perf_analyzer reads it too
+        request.name, service.models, lambda base: registry.get(base, version).instance
     )
-    scheduling = getattr(record.instance, "ensemble_scheduling", None)
-    if callable(scheduling):  # Triton's tools read a composed model as an ensemble
-        config.update(platform="ensemble", backend="", ensemble_scheduling=scheduling())
+    if config is None:
+        record = registry.get(request.name, version)
+        settings = registry.model_config(request.name)
+        config = triton_model_config(  # an ensemble's scheduling included
+            request.name,
+            record.instance,
+            record.instance.inputs,
+            record.instance.outputs,
+            settings.batching,
+            [r.version for r in registry.records(request.name)],
+            registry.default_version(request.name),
+            settings.input_schema,
+        )
     message = pb.ModelConfig()
     json_format.ParseDict(config, message, ignore_unknown_fields=True)
     return pb.ModelConfigResponse(config=message)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from importlib.metadata import version as package_version
-from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from servinglib.compose.triton import COMBINER_SUFFIX
-from servinglib.describe.triton_config import tensor_metadata, triton_model_config
+from servinglib.describe.triton_config import (
+    combiner_config_of,
+    tensor_metadata,
+    triton_model_config,
+)
 from servinglib.errors import InvalidInputError, public_reason
 from servinglib.http._payload import json_body, request_bytes
 from servinglib.serving.service import InferenceService
@@ -96,7 +98,9 @@ def model_config(model: str, version: str | None = None) -> Response:
     (perf_analyzer) read the configuration of every step.
     """
     service = _service()
-    combiner = _combiner(service, model, version)
+    combiner = combiner_config_of(
+        model, service.models, lambda base: service.registry.get(base, version).instance
+    )
     if combiner is not None:
         return jsonify(combiner)
     record = service.registry.get(model, version)
@@ -132,15 +136,6 @@ def repository_index() -> Response:
                 entry["reason"] = public_reason(record.reason)
             entries.append(entry)
     return jsonify(entries)
-
-
-def _combiner(service: InferenceService, model: str, version: str | None) -> Any:
-    """The combiner step's configuration when ``model`` names one (and no model of its own)."""
-    base = model.removesuffix(COMBINER_SUFFIX)
-    if base == model or model in service.models or base not in service.models:
-        return None
-    config = getattr(service.registry.get(base, version).instance, "combiner_config", None)
-    return config() if callable(config) else None
 
 
 def _platform(instance: object) -> str:

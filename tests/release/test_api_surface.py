@@ -42,7 +42,7 @@ def test_every_difference_from_the_snapshot_is_announced() -> None:
 
 def test_the_surface_covers_names_config_metrics_and_the_command_line() -> None:
     current = api_surface.surface()
-    assert current["python"]["servinglib.Model"] == "class(object)"
+    assert current["python"]["servinglib.Model"] == "class(ABC)"
     assert current["python"]["servinglib.Model.predict"].startswith("def(self, features")
     assert "servinglib.testing.servinglib_client" in current["python"]
     assert "models[].batching.max_batch_size" in current["config"]

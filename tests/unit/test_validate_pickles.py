@@ -37,7 +37,7 @@ def _service(root: Path, allow_pickle: bool) -> Path:
 def test_a_pickle_without_allow_pickle_is_reported(tmp_path: Path) -> None:
     _, problems = validate_service(_service(tmp_path, allow_pickle=False))
     assert len(problems) == 1
-    assert "version '1': weights.bin is pickle data, which the server refuses" in problems[0]
+    assert "version '1': weights.bin is pickle data, which runs code when loaded" in problems[0]
     assert "allow_pickle: true" in problems[0]
 
 

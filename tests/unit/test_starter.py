@@ -60,9 +60,10 @@ def test_the_starter_schema_types_its_feature_so_a_string_is_a_400(
     from servinglib.serve.app import create_app_from_config
 
     # The starter's class is models.eta.model: a `models` package another test of this
-    # process imported from its own directory would be found first.
+    # process imported (or put on sys.path) from its own directory would be found first.
     for name in [n for n in sys.modules if n == "models" or n.startswith("models.")]:
         monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))  # and not another test's directory before it
     assert run("init", cwd=tmp_path).returncode == 0
     client = create_app_from_config(tmp_path / "servinglib.yaml").test_client()
     answer = client.post("/infer", json={"model_id": "eta", "features": {"distance_km": "two"}})

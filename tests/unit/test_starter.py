@@ -63,7 +63,10 @@ def test_the_starter_schema_types_its_feature_so_a_string_is_a_400(
     # process imported (or put on sys.path) from its own directory would be found first.
     for name in [n for n in sys.modules if n == "models" or n.startswith("models.")]:
         monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(tmp_path))  # and not another test's directory before it
+    # the starter's models/ has no __init__.py, and Python prefers any regular `models`
+    # package on sys.path (a fixture's) to a namespace package, wherever it comes
+    kept = [p for p in sys.path if not (Path(p) / "models" / "__init__.py").is_file()]
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *kept])
     assert run("init", cwd=tmp_path).returncode == 0
     client = create_app_from_config(tmp_path / "servinglib.yaml").test_client()
     answer = client.post("/infer", json={"model_id": "eta", "features": {"distance_km": "two"}})

@@ -30,6 +30,7 @@ from servinglib.config.checks import (
 )
 from servinglib.config.deprecations import apply_renames
 from servinglib.config.env import ENV_PREFIX, apply_env_overrides
+from servinglib.config.rollout_policy import RolloutPolicy, parse_rollout
 from servinglib.config.schema_errors import validate_against_schema
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
@@ -177,6 +178,7 @@ class ModelConfig:
     sha256: Mapping[str, str] = field(default_factory=dict)
     optimize_budgets: Mapping[str, Any] | None = None
     composition: Composition | None = None
+    rollout: RolloutPolicy | None = None
     key_path: str = ""
 
 
@@ -415,6 +417,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     entry.get("batching", {} if runtime in BATCHED_RUNTIMES else None), label, where
                 ),
                 composition=composition,
+                rollout=parse_rollout(entry, raw, root, label, where),
                 key_path=where,
                 **given,
             )

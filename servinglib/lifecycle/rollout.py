@@ -10,7 +10,8 @@ version they started with and no request fails.
 Desired state::
 
     {"revision": 3, "models": {"eta": {"load": ["3"], "unload": ["1"],
-                                       "default": "3", "previous_defaults": ["2"]}}}
+                                       "default": "3", "previous_defaults": ["2"],
+                                       "traffic": {"2": 90, "3": 10}}}}
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "apply_desired_state",
     "read_desired_state",
     "read_worker_statuses",
+    "write_atomically",
     "write_desired_state",
 ]
 
@@ -53,6 +55,7 @@ class ModelPlan:
     unload: list[str] = field(default_factory=list)
     default: str | None = None
     previous_defaults: list[str] = field(default_factory=list)
+    traffic: dict[str, float] | None = None  # a rollout step's split (None: the config's)
 
     def unloads_default(self, configured_default: str) -> bool:
         """Whether this plan would unload its own default (never written, never applied)."""
@@ -85,7 +88,8 @@ def read_desired_state(directory: Path) -> DesiredState:
     return DesiredState(int(raw.get("revision", 0)), models)
 
 
-def _write_atomically(path: Path, document: Any) -> None:
+def write_atomically(path: Path, document: Any) -> None:
+    """Replace ``path`` with ``document`` as JSON; readers never see half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     temporary.write_text(json.dumps(document, indent=1), encoding="utf-8")
     os.replace(temporary, path)  # readers see the old or the new file, never half of one
@@ -93,7 +97,7 @@ def _write_atomically(path: Path, document: Any) -> None:
 
 def write_desired_state(directory: Path, state: DesiredState) -> None:
     """Replace the desired state atomically."""
-    _write_atomically(directory / DESIRED_FILE, state.to_json())
+    write_atomically(directory / DESIRED_FILE, state.to_json())
 
 
 def read_worker_statuses(
@@ -129,6 +133,7 @@ def apply_desired_state(
             notes.append(f"unknown model {model!r}")
             continue
         moved = _move_default(registry, model, plan, notes=None)
+        registry.set_traffic(model, plan.traffic)
         # The admin API never writes a plan that unloads its default; a hand-edited file
         # that does keeps it loaded.
         unload = [v for v in plan.unload if v != plan.default]
@@ -251,7 +256,7 @@ class RolloutWatcher:
 
     def _report(self, notes: list[str]) -> None:
         status = worker_status(self._registry, self._applied, notes)
-        _write_atomically(self._directory / f"worker-{os.getpid()}.json", status)
+        write_atomically(self._directory / f"worker-{os.getpid()}.json", status)
 
     def start(self) -> None:
         """Start following the file (after the first :meth:`sync`)."""

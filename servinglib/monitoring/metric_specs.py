@@ -8,9 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["METRIC_SPECS", "MetricSpec"]
+__all__ = ["METRIC_SPECS", "REQUEST_BUCKETS", "MetricSpec"]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# The request latency: the same bounds and more between them (no two more than 1.5x
+# apart), so that a rollout's latency gate sees a 1.5x slowdown move the quantile across
+# a bucket bound (docs/explanation/progressive-delivery.md).
+REQUEST_BUCKETS = tuple(
+    sorted(
+        {
+            *_LATENCY_BUCKETS,
+            *(round(m * 10.0**e, 6) for e in range(-3, 1) for m in (1.5, 2, 3.5, 7)),
+        }
+    )
+)
 _LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
@@ -96,7 +107,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "servinglib_request_duration_seconds",
         "Wall time from request received to response ready, in seconds.",
         ("model", "version", "protocol"),
-        buckets=_LATENCY_BUCKETS,
+        buckets=REQUEST_BUCKETS,
     ),
     MetricSpec(
         "in_flight",
@@ -238,6 +249,22 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "Requests waiting in the batcher queues, summed over live workers.",
         ("model", "version"),
         "livesum",
+    ),
+    MetricSpec(
+        "rollout_decisions",
+        "counter",
+        "servinglib_rollout_decisions_total",
+        "Decisions of the rollout controller (written by the master): start, advance, "
+        "promote, rollback, pause, resume, abort, note.",
+        ("model", "candidate", "action"),
+    ),
+    MetricSpec(
+        "rollout_step",
+        "gauge",
+        "servinglib_rollout_step",
+        "The step a model's rollout is on (0 = the first), as the master last decided.",
+        ("model", "candidate"),
+        "mostrecent",
     ),
     MetricSpec(
         "prediction_log_records",

@@ -221,6 +221,11 @@ class ServingMetrics:
         """Count prediction-log records written."""
         self._child("prediction_log_records", "written").inc(count)
 
+    def rollout_decided(self, model: str, candidate: str, action: str, step: int) -> None:
+        """Count one rollout decision and publish the rollout's step."""
+        self._child("rollout_decisions", model, candidate, action).inc()
+        self._child("rollout_step", model, candidate).set(step)
+
     def render(self) -> tuple[bytes, str]:
         """Prometheus text for ``/metrics``: all workers in multiprocess mode, else this one."""
         return generate_latest(self._scraped()), CONTENT_TYPE_LATEST

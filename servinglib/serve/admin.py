@@ -84,12 +84,15 @@ class AdminServer:
             )
         self._config = config
         self._state_dir = state_dir
+        self.state_dir = state_dir
         self._token = token.encode()
         self._live_pids = live_pids
         # Actions on one model run one at a time (their state checks see every earlier
         # action); the file lock guards the one file every model's plan lives in.
         self._model_locks = {model.name: threading.Lock() for model in config.models}
         self._file_lock = threading.Lock()
+        # More routes (the rollout controller's): (method, path) -> (status, body) or None.
+        self.extra_routes: Callable[[str, str], tuple[int, Any] | None] | None = None
         admin = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -208,6 +211,10 @@ class AdminServer:
                 HTTPStatus.METHOD_NOT_ALLOWED,
                 f"the admin API takes {' and '.join(_METHODS)}, not {method}",
             )
+        if self.extra_routes is not None:
+            answer = self.extra_routes(method, path)
+            if answer is not None:
+                return HTTPStatus(answer[0]), answer[1]
         raise _RefusedError(HTTPStatus.NOT_FOUND, f"no admin route {method} {path}")
 
     @staticmethod
@@ -308,7 +315,7 @@ class AdminServer:
                     f"version {target!r} of {name!r} has an unload pending; load it again "
                     "(admin load) and wait until it is READY before making it the default",
                 )
-            self._require_ready_everywhere(name, target, plan.load_revisions.get(target, 0))
+            self._require_ready_everywhere(name, target)
             if action == "rollback":
                 plan.previous_defaults.pop()
             elif target != current:
@@ -316,6 +323,17 @@ class AdminServer:
             plan.default = target
             revision = self._commit(model, plan)
         return {"revision": revision, "model": name, "default": target, "previous": current}
+
+    def set_traffic(self, name: str, weights: dict[str, float] | None) -> int | None:
+        """Set the traffic split every worker routes ``name`` by (None: the configured one);
+        returns the new revision, or None when the split is already that one."""
+        model = self._model(name)
+        with self._model_locks[name]:
+            plan = read_desired_state(self._state_dir).plan(name)
+            if plan.traffic == weights:
+                return None
+            plan.traffic = None if weights is None else dict(weights)
+            return self._commit(model, plan)
 
     def _commit(self, model: Any, plan: ModelPlan, loaded: str | None = None) -> int:
         """Write ``plan`` as the model's plan at a new revision; returns the revision.
@@ -339,11 +357,12 @@ class AdminServer:
             write_desired_state(self._state_dir, state)
             return state.revision
 
-    def _require_ready_everywhere(self, model: str, version: str, since: int) -> None:
-        """Every live worker reports ``version`` READY, in a report of revision ``since``
-        or later (an older report may predate an unload that the load undid)."""
+    def ready_states(self, model: str, version: str) -> dict[str, str]:
+        """Live worker pid -> state of ``version``, from reports of the revision that last
+        asked to load it or later (an older report may predate an unload the load undid)."""
+        since = read_desired_state(self._state_dir).plan(model).load_revisions.get(version, 0)
         statuses = read_worker_statuses(self._state_dir, self._live_pids())
-        states = {
+        return {
             str(pid): s.get("models", {})
             .get(model, {})
             .get("versions", {})
@@ -353,6 +372,10 @@ class AdminServer:
             else f"revision {since} not applied yet"
             for pid, s in statuses.items()
         }
+
+    def _require_ready_everywhere(self, model: str, version: str) -> None:
+        """Every live worker reports ``version`` READY."""
+        states = self.ready_states(model, version)
         if not states or any(state != "READY" for state in states.values()):
             raise _RefusedError(
                 HTTPStatus.CONFLICT,

@@ -71,6 +71,7 @@ ROLLOUT_ENV = "SERVINGLIB_ROLLOUT_DIR"
 MIN_ADMIN_TOKEN_LENGTH = 32  # servinglib.serve.admin.MIN_TOKEN_LENGTH (not imported here:
 # the admin module loads only in a master that serves it)
 _admin: list[Any] = []  # the master's admin server, when enabled (one per master process)
+_controllers: list[Any] = []  # the master's rollout controller, when a model has a policy
 
 
 def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
@@ -129,6 +130,11 @@ def when_ready(server: Any) -> None:
         raise RuntimeError(str(e)) from None
     admin.start()
     _admin.append(admin)
+    from servinglib.serve.admin_rollout import start_controller
+
+    controller = start_controller(admin, config)
+    if controller is not None:
+        _controllers.append(controller)
 
 
 def _worker_pids(server: Any) -> set[int]:
@@ -143,6 +149,8 @@ def _worker_pids(server: Any) -> set[int]:
 
 def on_exit(server: Any) -> None:
     """Master leaving: close the admin listener."""
+    while _controllers:
+        _controllers.pop().stop()
     while _admin:
         _admin.pop().stop()
 
@@ -162,6 +170,7 @@ def post_fork(server: Any, worker: Any) -> None:
     for admin in _admin:
         admin.close_inherited()
     _admin.clear()  # the master's, not this worker's: on_exit must not stop it here
+    _controllers.clear()
     _booted.clear()
     interval = max(0.5, server.cfg.timeout / 4)
 

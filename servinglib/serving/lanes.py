@@ -81,6 +81,7 @@ class Lane:
         # input name -> (axis sizes, element bounds) from the input_schema
         self._limits: dict[str, tuple[tuple[tuple[int, int | None], ...], dict[str, Any]]] = {}
         self._split = TrafficSplit(config.name, config.traffic) if config.traffic else None
+        self._override: tuple[Mapping[str, float], TrafficSplit] | None = None
         self._fallbacks_logged: set[str] = set()
         self._executors: dict[tuple[str, int], DynamicBatcher] = {}
         self._lock = threading.Lock()
@@ -127,9 +128,10 @@ class Lane:
         """
         if version is not None:
             return self._registry.get(self.name, version)
-        if self._split is None:
+        split = self._current_split()
+        if split is None:
             return self._registry.get(self.name)
-        chosen = self._split.choose(routing_key)
+        chosen = split.choose(routing_key)
         try:
             return self._registry.get(self.name, chosen)
         except (ModelNotReadyError, VersionNotFoundError):
@@ -141,6 +143,15 @@ class Lane:
                     chosen,
                 )
             return self._registry.get(self.name)
+
+    def _current_split(self) -> TrafficSplit | None:
+        """The configured split, unless a rollout step set another in the registry."""
+        weights = self._registry.traffic(self.name)
+        if weights is None:
+            return self._split
+        if self._override is None or self._override[0] is not weights:
+            self._override = (weights, TrafficSplit(self.name, weights))
+        return self._override[1]
 
     def require_version(self, version: str | None) -> None:
         """Refuse a version this model does not have (any state will do).

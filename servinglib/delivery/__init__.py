@@ -1,0 +1,7 @@
+"""Progressive delivery: a candidate version promoted or rolled back on measured evidence.
+
+:mod:`~servinglib.delivery.statistics` holds the tests, :mod:`~servinglib.delivery.gates`
+the verdicts, :mod:`~servinglib.delivery.evidence` reads the per-version counters,
+:mod:`~servinglib.delivery.controller` acts through the admin API and
+:mod:`~servinglib.delivery.report` writes the readout.
+"""

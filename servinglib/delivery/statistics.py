@@ -1,0 +1,159 @@
+"""The tests behind the gates: one-sided, so a gate fails only on evidence of harm.
+
+* :func:`fisher_p` -- is the candidate's failure rate above the baseline's? (Fisher's
+  exact test: valid at any sample size, so a first unlucky request decides nothing.)
+* :func:`two_proportion_p` -- is it above the baseline's plus a tolerance? (z-test.)
+* :func:`binomial_upper_p` / :func:`binomial_lower_p` -- is a rate above (below) a fixed
+  threshold? (exact binomial tails.)
+* :func:`mann_whitney_p` -- do the candidate's latencies sit above the baseline's? (rank
+  test on histogram buckets, with the tie correction: every request in one bucket ties.)
+* :func:`histogram_quantile` -- a quantile read from cumulative buckets, as PromQL's
+  ``histogram_quantile`` reads it.
+
+Pure Python: no SciPy needed at serving time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = [
+    "binomial_lower_p",
+    "binomial_upper_p",
+    "fisher_p",
+    "histogram_quantile",
+    "mann_whitney_p",
+    "normal_sf",
+    "two_proportion_p",
+]
+
+
+def normal_sf(z: float) -> float:
+    """P(Z > z) for a standard normal Z."""
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def two_proportion_p(
+    failed_c: int, total_c: int, failed_b: int, total_b: int, margin: float = 0.0
+) -> float:
+    """p-value of H0: rate_c <= rate_b + margin against rate_c > rate_b + margin.
+
+    1.0 when either side has no requests or neither side failed (no evidence at all).
+    """
+    if total_c == 0 or total_b == 0:
+        return 1.0
+    rate_c, rate_b = failed_c / total_c, failed_b / total_b
+    if margin == 0.0:
+        pooled = (failed_c + failed_b) / (total_c + total_b)
+        variance = pooled * (1 - pooled) * (1 / total_c + 1 / total_b)
+    else:  # unpooled: the rates differ by ``margin`` under the null
+        variance = (
+            rate_c * (1 - rate_c) / total_c + rate_b * (1 - rate_b) / total_b
+            or margin * (1 - margin) / total_c  # both 0 or 1: the null's own variance
+        )
+    if variance <= 0.0:
+        return 1.0
+    return normal_sf((rate_c - rate_b - margin) / math.sqrt(variance))
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def fisher_p(failed_c: int, total_c: int, failed_b: int, total_b: int) -> float:
+    """One-sided Fisher exact p-value of H0: rate_c <= rate_b: the chance that, with the
+    failures spread at random over all requests, the candidate got ``failed_c`` or more."""
+    failed = failed_c + failed_b
+    total = total_c + total_b
+    if total_c == 0 or total_b == 0 or failed == 0:
+        return 1.0
+    denominator = _log_choose(total, total_c)
+    top = min(failed, total_c)
+    return min(
+        1.0,
+        sum(
+            math.exp(
+                _log_choose(failed, k) + _log_choose(total - failed, total_c - k) - denominator
+            )
+            for k in range(failed_c, top + 1)
+            if total_c - k <= total - failed
+        ),
+    )
+
+
+def _log_pmf(k: int, n: int, p: float) -> float:
+    return (
+        math.lgamma(n + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(n - k + 1)
+        + k * math.log(p)
+        + (n - k) * math.log1p(-p)
+    )
+
+
+def binomial_upper_p(successes: int, total: int, rate: float) -> float:
+    """P(X >= successes) for X ~ Binomial(total, rate): small when the rate is above ``rate``."""
+    if successes <= 0 or total == 0:
+        return 1.0
+    if rate <= 0.0:
+        return 0.0
+    if rate >= 1.0:
+        return 1.0
+    return min(1.0, sum(math.exp(_log_pmf(k, total, rate)) for k in range(successes, total + 1)))
+
+
+def binomial_lower_p(successes: int, total: int, rate: float) -> float:
+    """P(X <= successes) for X ~ Binomial(total, rate): small when the rate is below ``rate``."""
+    if total == 0 or successes >= total:
+        return 1.0
+    if rate >= 1.0:
+        return 0.0
+    if rate <= 0.0:
+        return 1.0
+    return min(1.0, sum(math.exp(_log_pmf(k, total, rate)) for k in range(0, successes + 1)))
+
+
+def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """One-sided rank test on per-bucket counts (same bucket order for both): p-value of
+    H0 "the candidate is not slower", by the normal approximation with tie correction."""
+    n_b, n_c = sum(baseline), sum(candidate)
+    if n_b == 0 or n_c == 0:
+        return 1.0
+    u, below, ties = 0.0, 0.0, 0.0
+    for count_b, count_c in zip(baseline, candidate, strict=True):
+        u += count_c * (below + 0.5 * count_b)  # candidate requests above baseline ones
+        below += count_b
+        tied = count_b + count_c
+        ties += tied**3 - tied
+    total = n_b + n_c
+    variance = n_b * n_c / 12.0 * ((total + 1) - ties / (total * (total - 1)))
+    if variance <= 0.0:
+        return 1.0
+    return normal_sf((u - n_b * n_c / 2.0 - 0.5) / math.sqrt(variance))
+
+
+def histogram_quantile(quantile: float, bounds: Sequence[float], counts: Sequence[float]) -> float:
+    """The ``quantile`` of bucketed observations (``counts[i]`` in ``(bounds[i-1],
+    bounds[i]]``; the last bound may be +Inf), interpolated inside its bucket on a log
+    scale (latency buckets grow geometrically; linear in the first one, from 0).
+
+    NaN without observations; the highest finite bound when it falls in the +Inf bucket.
+    """
+    total = sum(counts)
+    if total == 0:
+        return math.nan
+    rank = quantile * total
+    cumulative, lower = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count and cumulative + count >= rank:
+            if math.isinf(bound):
+                return lower
+            share = (rank - cumulative) / count
+            if lower <= 0.0:
+                return bound * share
+            return float(lower * (bound / lower) ** share)
+        cumulative += count
+        if not math.isinf(bound):
+            lower = bound
+    return lower

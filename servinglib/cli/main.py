@@ -189,6 +189,9 @@ def _parser() -> argparse.ArgumentParser:
 
     add_drift_parsers(commands, _default_config())
 
+    from servinglib.cli.rollout import add_parser as add_rollout_parser
+
+    add_rollout_parser(commands, _default_config())
     from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
 
     add_batch_parser(commands)
@@ -245,6 +248,10 @@ def _run(args: argparse.Namespace) -> int:
             from servinglib.optimize.cli import run as run_optimize
 
             return run_optimize(args)
+        if args.command == "rollout":
+            from servinglib.cli.rollout import run as run_rollout
+
+            return run_rollout(args)
         if args.command in ("profile", "drift"):
             from servinglib.monitoring.drift_commands import run
 

@@ -3,7 +3,7 @@
 It runs in the gunicorn master, next to the admin API, and acts only through it (the
 desired-state file every worker converges to): load the candidate, set each step's
 traffic split, roll back (the candidate's traffic to 0, left loaded), promote. Every
-evaluation is persisted (:mod:`servinglib.delivery.state`) before the next one, and every
+evaluation is persisted (:mod:`servinglib.lifecycle.rollout_state`) before the next one, and every
 action is idempotent, so a worker killed with ``-9`` or a master restarted mid-rollout
 changes nothing but the window: the rollout resumes from its step.
 """
@@ -20,7 +20,7 @@ from servinglib.config.rollout_policy import RolloutPolicy, RolloutStep
 from servinglib.config.spec import ServiceConfig
 from servinglib.delivery.evidence import Snapshot, read_snapshot
 from servinglib.delivery.gates import FAIL, PASS, GateResult, evaluate_gates, look_due
-from servinglib.delivery.state import (
+from servinglib.lifecycle.rollout_state import (
     ABORTED,
     ACTIVE,
     PAUSED,
@@ -176,7 +176,8 @@ class RolloutController:
             return
         bounds = sorted({le for c in now.versions.values() for le in c.buckets})
         due = look_due(step, shadow.comparisons if step.shadow else cand.requests, state.looks)
-        results = evaluate_gates(policy, step, base, cand, shadow, bounds, due > state.looks)
+        look = due > state.looks
+        results = evaluate_gates(policy, step, base, cand, shadow, bounds, look)
         state.looks = max(state.looks, due)
         state.gates = [r.to_json() for r in results]
         append_evidence(
@@ -185,6 +186,7 @@ class RolloutController:
             {
                 "t": now.t,
                 "step": state.step,
+                "look": look,
                 "bounds": [repr(b) for b in bounds],
                 "baseline": base.to_json(),
                 "candidate": cand.to_json(),

@@ -22,7 +22,7 @@ from servinglib.config.rollout_policy import RolloutPolicy
 from servinglib.config.spec import ModelConfig, ServiceConfig
 from servinglib.delivery.controller import RolloutController
 from servinglib.delivery.evidence import Counts, Snapshot
-from servinglib.delivery.state import ACTIVE, RolloutState
+from servinglib.lifecycle.rollout_state import ACTIVE, RolloutState
 from servinglib.monitoring.metric_specs import REQUEST_BUCKETS
 
 __all__ = ["Behaviour", "Outcome", "simulate"]

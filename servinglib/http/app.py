@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from servinglib.config.spec import ServerConfig
+from servinglib.config.spec import ModelConfig, ServerConfig
 from servinglib.describe.openapi import openapi_document
 from servinglib.errors import public_reason
 from servinglib.http._context import install_request_context
@@ -18,6 +18,7 @@ from servinglib.http.drift import drift_blueprint
 from servinglib.http.errors import register_error_handlers
 from servinglib.http.v2 import v2_blueprint
 from servinglib.http.wsgi import WsgiFrontEnd
+from servinglib.lifecycle.rollout_state import load_state
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceService
 
@@ -84,6 +85,19 @@ def _refuse_transfer_codings() -> None:
     check_transfer_coding(request.headers.get("Transfer-Encoding"))
 
 
+def rollout_summary(model: ModelConfig) -> dict[str, Any]:
+    """``{"rollout": ...}``: where the model's rollout stands and its gates' evidence."""
+    if model.rollout is None:
+        return {}
+    try:
+        state = load_state(model.rollout.state_dir, model.name)
+    except (OSError, ValueError, TypeError):
+        state = None  # being replaced, or unreadable: the next call sees it
+    if state is None or state.candidate != model.rollout.candidate:
+        return {"rollout": {"candidate": model.rollout.candidate, "status": "pending"}}
+    return {"rollout": state.summary()}
+
+
 def _model_states() -> list[dict[str, Any]]:
     registry = current_app.extensions["servinglib.serving.service"].registry
     out = []
@@ -94,9 +108,8 @@ def _model_states() -> list[dict[str, Any]]:
             if record.reason:
                 entry["reason"] = public_reason(record.reason)
             versions.append(entry)
-        out.append(
-            {"name": name, "default_version": registry.default_version(name), "versions": versions}
-        )
+        entry = {"name": name, "default_version": registry.default_version(name)}
+        out.append(entry | {"versions": versions} | rollout_summary(registry.model_config(name)))
     return out
 
 

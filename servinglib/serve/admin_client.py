@@ -121,6 +121,14 @@ class AdminClient:
                 )
             time.sleep(0.1)
 
+    def rollouts(self) -> Any:
+        """Every rollout's status and latest gate evidence."""
+        return self._checked(*self.call("GET", "/admin/rollouts"))
+
+    def rollout_command(self, model: str, command: str) -> Any:
+        """``pause``, ``resume``, ``abort`` or ``promote`` the rollout of ``model``."""
+        return self._checked(*self.call("POST", f"/admin/rollouts/{model}/{command}"))
+
     @staticmethod
     def _checked(status: int, body: Any) -> Any:
         if status >= 400:

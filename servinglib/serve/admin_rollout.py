@@ -15,8 +15,8 @@ from typing import Any
 
 from servinglib.config.spec import ServiceConfig
 from servinglib.delivery.controller import CommandRefusedError, RolloutController
-from servinglib.delivery.state import load_state
 from servinglib.lifecycle.rollout import read_desired_state
+from servinglib.lifecycle.rollout_state import load_state
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serve.admin import AdminServer
 

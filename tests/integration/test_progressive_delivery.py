@@ -1,0 +1,132 @@
+"""Progressive delivery end to end: 2 workers, real HTTP load, the controller in the master."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from servinglib.serve.admin_client import AdminClient
+from tests.conftest import LiveServer, free_port
+from tests.integration._delivery import (
+    ENV,
+    TOKEN,
+    Load,
+    chromium_driver,
+    delivery_service,
+    version_outcomes,
+    wait_rollout,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_candidate_failing_5_percent_is_rolled_back_in_its_first_window(
+    tmp_path: Path, start_server: Any
+) -> None:
+    port = free_port()
+    config = delivery_service(tmp_path, port, candidate={"fail_every": 20})
+    server: LiveServer = start_server(config, env=ENV)
+    client = AdminClient(port, TOKEN)
+    with Load(server.url) as load:
+        rollout = wait_rollout(client, {"rolled_back", "promoted"})
+        assert rollout["status"] == "rolled_back", rollout
+        rollback = rollout["decisions"][-1]
+        assert rollback["action"] == "rollback" and rollback["step"] == 0
+        assert "error_rate" in rollback["reason"] and "Fisher" in rollback["reason"]
+        [gate] = [g for g in rollout["gates"] if g["gate"] == "error_rate"]
+        assert gate["verdict"] == "fail" and gate["samples"] <= 80  # within min_requests
+        load.wait_answers(200)
+        after = load.answers.copy()
+    assert load.errors == []
+    # The baseline answered every request it got; the candidate keeps its traffic at 0.
+    assert set(version_outcomes(server.url, "1")) == {"success"}
+    assert version_outcomes(server.url, "2")["model_error"] >= 1
+    late = Load(server.url, start=10**6)
+    with late:
+        late.wait_answers(100)
+    assert set(late.answers) == {(200, "1")}, late.answers
+    assert after[(200, "1")] > 0
+
+
+def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
+    tmp_path: Path, start_server: Any
+) -> None:
+    port = free_port()
+    config = delivery_service(tmp_path, port, candidate={})  # the baseline's twin
+    server: LiveServer = start_server(config, env=ENV)
+    client = AdminClient(port, TOKEN)
+    with Load(server.url) as load:
+        running = wait_rollout(client, {"running"}, step=1)
+        models = requests.get(f"{server.url}/models", timeout=5).json()["models"]
+        assert models[0]["rollout"]["step"] == 1 and models[0]["rollout"]["status"] == "running"
+        rollout = wait_rollout(client, {"rolled_back", "promoted"})
+        load.wait_answers(100)
+    assert load.errors == []
+    assert rollout["status"] == "promoted", rollout
+    assert [d["action"] for d in rollout["decisions"]] == ["start", "advance", "promote"]
+    assert {g["gate"] for g in running["gates"]} == {"error_rate", "latency"}
+    assert set(load.answers) <= {(200, "1"), (200, "2")}
+    late = Load(server.url, start=10**6)
+    with late:
+        late.wait_answers(50)
+    assert set(late.answers) == {(200, "2")}, late.answers  # the default everywhere
+    assert 'servinglib_rollout_decisions_total{action="promote",candidate="2",model="m"} 1.0' in (
+        requests.get(f"{server.url}/metrics", timeout=5).text
+    )
+    out = tmp_path / "report"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "servinglib.cli.main",
+            "rollout",
+            "report",
+            "m",
+            "--config",
+            str(config),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "every verdict reproduced" in result.stdout
+    document = json.loads((out / "rollout.json").read_text())
+    assert document["reproduced"] and document["status"] == "promoted"
+    assert set(document["series"]) == {"error_rate", "latency"}
+    driver = chromium_driver(tmp_path / "chromium-profile")
+    try:
+        driver.get((out / "index.html").as_uri())
+        images = driver.find_elements("css selector", "img.gate")
+        assert len(images) == 2
+        for image in images:
+            width = driver.execute_script(
+                "return arguments[0].complete && arguments[0].naturalWidth", image
+            )
+            assert width and width > 300, image.get_attribute("src")
+        assert "promoted" in driver.find_element("id", "outcome").text
+    finally:
+        driver.quit()
+
+
+def test_a_candidate_50_percent_slower_is_rolled_back(tmp_path: Path, start_server: Any) -> None:
+    port = free_port()
+    config = delivery_service(tmp_path, port, baseline={"delay_ms": 20}, candidate={"delay_ms": 30})
+    server: LiveServer = start_server(config, env=ENV)
+    client = AdminClient(port, TOKEN)
+    with Load(server.url):
+        rollout = wait_rollout(client, {"rolled_back", "promoted"})
+    assert rollout["status"] == "rolled_back", rollout
+    reason = rollout["decisions"][-1]["reason"]
+    assert reason.startswith("latency: p95") and "Mann-Whitney" in reason, reason
+    [gate] = [g for g in rollout["gates"] if g["gate"] == "latency"]
+    assert gate["candidate"] > 1.2 * gate["baseline"]

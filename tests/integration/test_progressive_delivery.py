@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 import requests
 
 from servinglib.serve.admin_client import AdminClient
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer, free_port, stop, worker_pids
 from tests.integration._delivery import (
     ENV,
     TOKEN,
@@ -130,3 +132,60 @@ def test_a_candidate_50_percent_slower_is_rolled_back(tmp_path: Path, start_serv
     assert reason.startswith("latency: p95") and "Mann-Whitney" in reason, reason
     [gate] = [g for g in rollout["gates"] if g["gate"] == "latency"]
     assert gate["candidate"] > 1.2 * gate["baseline"]
+
+
+def _cli(*args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "servinglib.cli.main", "rollout", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **ENV},
+    )
+    assert result.returncode == 0, result.stderr
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+def _evaluated_after_restart(rollout: dict[str, Any]) -> bool:
+    """The window restarted (a note) and the gates have candidate requests in it."""
+    noted = any(d["action"] == "note" for d in rollout["decisions"])
+    return noted and any(g["samples"] > 0 for g in rollout["gates"])
+
+
+def test_the_rollout_survives_a_worker_kill_and_resumes_its_step_after_a_master_restart(
+    tmp_path: Path, start_server: Any
+) -> None:
+    port = free_port()
+    steps = [{"weight": 25}, {"weight": 50, "min_seconds": 3600}]  # step 1 waits for us
+    config = delivery_service(tmp_path, port, candidate={}, steps=steps)
+    server: LiveServer = start_server(config, env=ENV)
+    client = AdminClient(port, TOKEN)
+    with Load(server.url) as load:
+        while not wait_rollout(client, {"running"}, step=0)["gates"]:
+            load.wait_answers(20)  # the candidate is READY everywhere and has traffic
+        os.kill(sorted(worker_pids(server))[0], signal.SIGKILL)
+        wait_rollout(client, {"running"}, step=1)
+        paused = _cli("pause", "m", "--port", str(port))
+        assert paused["status"] == "paused" and paused["step"] == 1
+    stop(server.process)  # SIGTERM: the master and its controller go
+    server = start_server(config, env=ENV)
+    with Load(server.url, start=10**6) as load:
+        assert client.rollouts()["m"]["status"] == "paused"
+        assert client.rollout_command("m", "resume")["step"] == 1
+        # The new master's counters start at 0: a new window, then evidence in it.
+        while not _evaluated_after_restart(wait_rollout(client, {"running"})):
+            load.wait_answers(20)
+        promoted = _cli("promote", "m", "--port", str(port))
+        load.wait_answers(50)
+    assert promoted["status"] == "promoted", promoted
+    assert set(load.answers) <= {(200, "1"), (200, "2")}
+    actions = [(d["action"], d["step"]) for d in promoted["decisions"]]
+    assert actions[:3] == [("start", 0), ("advance", 1), ("pause", 1)], actions
+    assert sorted(actions[3:5]) == [("note", 1), ("resume", 1)], actions
+    assert actions[5:] == [("promote", 1)], actions
+    late = Load(server.url, start=2 * 10**6)
+    with late:
+        late.wait_answers(50)
+    assert set(late.answers) == {(200, "2")}, late.answers

@@ -115,7 +115,7 @@ def simulate(
     baseline: Behaviour,
     candidate: Behaviour,
     seed: int,
-    requests_per_tick: int = 50,
+    requests_per_tick: int = 100,
     max_ticks: int = 10_000,
 ) -> Outcome:
     """Run ``policy`` to its end (promote or roll back) on simulated traffic."""

@@ -11,7 +11,7 @@ decision.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +57,11 @@ class RolloutState:
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return asdict(self)
+        """JSON-ready (a shallow copy: the fields are JSON values already)."""
+        return dict(vars(self))
 
     def summary(self) -> dict[str, Any]:
-        """What ``/models`` and ``rollout status`` show: everything but the evidence series."""
+        """What ``/models`` and ``rollout status`` show: all but the window start, 10 decisions."""
         out = self.to_json()
         out.pop("window_start")
         out["decisions"] = self.decisions[-10:]

@@ -39,10 +39,13 @@ def test_a_candidate_failing_5_percent_is_rolled_back_in_its_first_window(
         rollout = wait_rollout(client, {"rolled_back", "promoted"})
         assert rollout["status"] == "rolled_back", rollout
         rollback = rollout["decisions"][-1]
-        assert rollback["action"] == "rollback" and rollback["step"] == 0
-        assert "error_rate" in rollback["reason"] and "Fisher" in rollback["reason"]
+        assert rollback["action"] == "rollback"
+        assert rollback["step"] == 0
+        assert "error_rate" in rollback["reason"]
+        assert "Fisher" in rollback["reason"]
         [gate] = [g for g in rollout["gates"] if g["gate"] == "error_rate"]
-        assert gate["verdict"] == "fail" and gate["samples"] <= 80  # within min_requests
+        assert gate["verdict"] == "fail"
+        assert gate["samples"] <= 80
         load.wait_answers(200)
         after = load.answers.copy()
     assert load.errors == []
@@ -66,7 +69,8 @@ def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
     with Load(server.url) as load:
         running = wait_rollout(client, {"running"}, step=1)
         models = requests.get(f"{server.url}/models", timeout=5).json()["models"]
-        assert models[0]["rollout"]["step"] == 1 and models[0]["rollout"]["status"] == "running"
+        assert models[0]["rollout"]["step"] == 1
+        assert models[0]["rollout"]["status"] == "running"
         rollout = wait_rollout(client, {"rolled_back", "promoted"})
         load.wait_answers(100)
     assert load.errors == []
@@ -103,7 +107,8 @@ def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
     assert result.returncode == 0, result.stderr
     assert "every verdict reproduced" in result.stdout
     document = json.loads((out / "rollout.json").read_text())
-    assert document["reproduced"] and document["status"] == "promoted"
+    assert document["reproduced"]
+    assert document["status"] == "promoted"
     assert set(document["series"]) == {"error_rate", "latency"}
     driver = chromium_driver(tmp_path / "chromium-profile")
     try:
@@ -114,7 +119,7 @@ def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
             width = driver.execute_script(
                 "return arguments[0].complete && arguments[0].naturalWidth", image
             )
-            assert width and width > 300, image.get_attribute("src")
+            assert width > 300, image.get_attribute("src")
         assert "promoted" in driver.find_element("id", "outcome").text
     finally:
         driver.quit()
@@ -129,7 +134,8 @@ def test_a_candidate_50_percent_slower_is_rolled_back(tmp_path: Path, start_serv
         rollout = wait_rollout(client, {"rolled_back", "promoted"})
     assert rollout["status"] == "rolled_back", rollout
     reason = rollout["decisions"][-1]["reason"]
-    assert reason.startswith("latency: p95") and "Mann-Whitney" in reason, reason
+    assert reason.startswith("latency: p95"), reason
+    assert "Mann-Whitney" in reason, reason
     [gate] = [g for g in rollout["gates"] if g["gate"] == "latency"]
     assert gate["candidate"] > 1.2 * gate["baseline"]
 
@@ -168,7 +174,8 @@ def test_the_rollout_survives_a_worker_kill_and_resumes_its_step_after_a_master_
         os.kill(sorted(worker_pids(server))[0], signal.SIGKILL)
         wait_rollout(client, {"running"}, step=1)
         paused = _cli("pause", "m", "--port", str(port))
-        assert paused["status"] == "paused" and paused["step"] == 1
+        assert paused["status"] == "paused"
+        assert paused["step"] == 1
     stop(server.process)  # SIGTERM: the master and its controller go
     server = start_server(config, env=ENV)
     with Load(server.url, start=10**6) as load:

@@ -52,7 +52,8 @@ def test_a_bad_candidate_is_rolled_back_in_its_first_step(
     for seed in range(10):
         outcome = simulate(policy(tmp_path, seed), BASELINE, candidate, seed=seed)
         assert outcome.status == "rolled_back", outcome.state.decisions
-        assert outcome.step == 0 and outcome.state.decisions[-1]["reason"].startswith(gate)
+        assert outcome.step == 0
+        assert outcome.state.decisions[-1]["reason"].startswith(gate)
         [failed] = [g for g in outcome.state.gates if g["verdict"] == "fail"]
         assert failed["samples"] <= 200  # within the step's min_requests
         assert len(read_evidence(policy(tmp_path, seed).state_dir, "m")) == outcome.ticks

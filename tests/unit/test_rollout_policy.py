@@ -42,7 +42,8 @@ def test_a_policy_parses_with_its_defaults(tmp_path: Path) -> None:
     )
     assert policy.error_rate == ErrorGate(max_increase=0.0)
     assert policy.latency == LatencyGate(0.95, 1.2)
-    assert policy.shadow_agreement is None and policy.alpha == 0.01
+    assert policy.shadow_agreement is None
+    assert policy.alpha == 0.01
     assert policy.state_dir == (tmp_path / ".servinglib" / "rollouts").resolve()
 
 
@@ -112,4 +113,5 @@ def test_a_bad_policy_names_the_key_and_the_fix(
 ) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(config(tmp_path, rollout, head), environ={})
-    assert key in str(info.value) and said in str(info.value), str(info.value)
+    assert key in str(info.value), str(info.value)
+    assert said in str(info.value), str(info.value)

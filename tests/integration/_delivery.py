@@ -137,10 +137,10 @@ def version_outcomes(url: str, version: str) -> Counter[str]:
     """``servinglib_requests_total`` of model m's ``version`` by outcome, from /metrics."""
     outcomes: Counter[str] = Counter()
     for line in requests.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("servinglib_requests_total{") and 'model="m"' in line:
-            if f'version="{version}"' in line:
-                outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
-                outcomes[outcome] += int(float(line.rsplit(" ", 1)[1]))
+        wanted = ('model="m"', f'version="{version}"')
+        if line.startswith("servinglib_requests_total{") and all(w in line for w in wanted):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            outcomes[outcome] += int(float(line.rsplit(" ", 1)[1]))
     return outcomes
 
 

@@ -584,6 +584,33 @@ def sections() -> tuple[Section, ...]:
             ),
         ),
         Section(
+            "Rollouts",
+            (
+                Panel(
+                    "Rollout step",
+                    "The step each model's rollout is on (0 = the first), as the controller in "
+                    "the master last decided; see servinglib rollout status MODEL.",
+                    ("rollout_step",),
+                    (Query(series("rollout_step"), "{{model}} candidate {{candidate}}"),),
+                    unit="short",
+                ),
+                Panel(
+                    "Rollout decisions",
+                    "Advances, promotions and rollbacks of the rollout controller; a rollback "
+                    "fires ServinglibRolloutRolledBack.",
+                    ("rollout_decisions",),
+                    (
+                        Query(
+                            f"sum by (model, candidate, action) "
+                            f"(increase({name('rollout_decisions')}{{{MODEL_SELECTOR}}}[10m]))",
+                            "{{model}} {{candidate}} {{action}}",
+                        ),
+                    ),
+                    unit="short",
+                ),
+            ),
+        ),
+        Section(
             "Prediction log",
             (
                 Panel(

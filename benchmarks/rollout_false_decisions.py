@@ -24,6 +24,7 @@ SCENARIOS = {
     "identical": BASELINE,
     "latency x1.1": Behaviour(error_rate=0.002, median_s=0.022, sigma=0.3),
     "errors 0.2% -> 1%": Behaviour(error_rate=0.01, median_s=0.02, sigma=0.3),
+    "latency x1.3": Behaviour(error_rate=0.002, median_s=0.026, sigma=0.3),
     "errors 0.2% -> 5%": Behaviour(error_rate=0.05, median_s=0.02, sigma=0.3),
     "latency x1.5": Behaviour(error_rate=0.002, median_s=0.03, sigma=0.3),
 }

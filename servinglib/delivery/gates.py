@@ -20,6 +20,7 @@ from servinglib.delivery.statistics import (
     fisher_p,
     histogram_quantile,
     mann_whitney_p,
+    rescale,
     two_proportion_p,
 )
 
@@ -114,13 +115,15 @@ def latency_gate(
     q_b = histogram_quantile(gate.quantile, bounds, per_b)
     q_c = histogram_quantile(gate.quantile, bounds, per_c)
     ratio = q_c / q_b if q_b > 0 else math.nan
-    p = mann_whitney_p(per_b, per_c)
+    # H0: the candidate is at most max_ratio times slower: the baseline scaled by max_ratio
+    # is what the candidate may be; the test asks whether it is significantly above that.
+    p = mann_whitney_p(rescale(bounds, per_b, gate.max_ratio), per_c)
     failed = p < policy.alpha and ratio > gate.max_ratio
     verdict = _verdict(failed, cand.requests >= step.min_requests)
     name = f"p{round(gate.quantile * 100)}"
     reason = (
         f"{name} {q_c * 1000:.1f} ms vs baseline {q_b * 1000:.1f} ms (ratio {ratio:.2f}, "
-        f"max {gate.max_ratio:g}); Mann-Whitney p={p:.3g}"
+        f"max {gate.max_ratio:g}); Mann-Whitney against {gate.max_ratio:g} x baseline p={p:.3g}"
     )
     return GateResult("latency", verdict, q_b, q_c, gate.max_ratio, p, cand.requests, reason)
 

@@ -7,6 +7,8 @@
   threshold? (exact binomial tails.)
 * :func:`mann_whitney_p` -- do the candidate's latencies sit above the baseline's? (rank
   test on histogram buckets, with the tie correction: every request in one bucket ties.)
+  With the baseline's latencies first multiplied by the tolerated ratio
+  (:func:`rescale`), it tests "slower than the tolerance", not "slower at all".
 * :func:`histogram_quantile` -- a quantile read from cumulative buckets, as PromQL's
   ``histogram_quantile`` reads it.
 
@@ -25,6 +27,7 @@ __all__ = [
     "histogram_quantile",
     "mann_whitney_p",
     "normal_sf",
+    "rescale",
     "two_proportion_p",
 ]
 
@@ -131,6 +134,37 @@ def mann_whitney_p(baseline: Sequence[float], candidate: Sequence[float]) -> flo
     if variance <= 0.0:
         return 1.0
     return normal_sf((u - n_b * n_c / 2.0 - 0.5) / math.sqrt(variance))
+
+
+def rescale(bounds: Sequence[float], counts: Sequence[float], factor: float) -> list[float]:
+    """Bucket counts of the observations multiplied by ``factor``, in the same buckets: each
+    bucket's count spreads over the buckets its scaled range covers (log scale, as the
+    bounds grow geometrically; linear in the first bucket, from 0)."""
+    out = [0.0] * len(counts)
+    lower = 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count:
+            low, high = lower * factor, bound * factor
+            for j, (target_low, target_high) in enumerate(_ranges(bounds)):
+                out[j] += count * _overlap(low, high, target_low, target_high)
+        lower = bound
+    return out
+
+
+def _ranges(bounds: Sequence[float]) -> list[tuple[float, float]]:
+    return [(bounds[i - 1] if i else 0.0, bound) for i, bound in enumerate(bounds)]
+
+
+def _overlap(low: float, high: float, target_low: float, target_high: float) -> float:
+    """The share of (low, high] inside (target_low, target_high], measured on a log scale."""
+    if math.isinf(high):
+        return 1.0 if math.isinf(target_high) else 0.0
+    start, end = max(low, target_low), min(high, target_high)
+    if end <= start:
+        return 0.0
+    if low <= 0.0:  # the first bucket: linear from 0
+        return (end - start) / high
+    return math.log(end / start) / math.log(high / low)
 
 
 def histogram_quantile(quantile: float, bounds: Sequence[float], counts: Sequence[float]) -> float:

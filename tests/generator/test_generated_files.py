@@ -216,7 +216,7 @@ def test_alerting_rules_pass_promtool_and_name_the_service(rendered: Rendered) -
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (Debian: apt-get install prometheus)")
-    assert "SUCCESS: 7 rules found" in run([promtool, "check", "rules", rules]).stdout
+    assert "SUCCESS: 8 rules found" in run([promtool, "check", "rules", rules]).stdout
 
 
 def test_only_a_torch_repo_uses_pytorchs_index(rendered: Rendered) -> None:
@@ -270,3 +270,18 @@ def test_a_first_torch_model_added_later_asks_for_pytorchs_index(tmp_path: Path)
     steps = add_model(repo, ModelSpec("surge", "torch")).manual_steps
     assert [step.split(":", 1)[0] for step in steps] == ["Dockerfile", ".github/workflows/ci.yml"]
     assert all("https://download.pytorch.org/whl/cpu" in step for step in steps)
+
+
+def test_rollout_workflow_waits_for_every_pod_and_keeps_the_readouts(rendered: Rendered) -> None:
+    repo = rendered("python")
+    workflow = repo / ".github/workflows/rollout.yml"
+    run([tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", workflow])
+    if shutil.which("actionlint"):
+        run(["actionlint", workflow])
+    document = yaml.safe_load(workflow.read_text())
+    assert document["env"]["NAMESPACE"] == "eta"  # the team
+    steps = document["jobs"]["rollout"]["steps"]
+    commands = "\n".join(step.get("run", "") for step in steps)
+    assert 'servinglib rollout status "$MODEL" --wait' in commands
+    assert 'servinglib rollout report "$MODEL"' in commands
+    assert steps[-1]["uses"].startswith("actions/upload-artifact@")

@@ -14,6 +14,7 @@ from servinglib.delivery.statistics import (
     fisher_p,
     histogram_quantile,
     mann_whitney_p,
+    rescale,
     two_proportion_p,
 )
 
@@ -66,3 +67,16 @@ def test_histogram_quantile_interpolates_on_a_log_scale() -> None:
     assert histogram_quantile(0.5, bounds, [10, 0, 0]) == pytest.approx(0.005)
     assert histogram_quantile(0.99, bounds, [1, 1, 8]) == 0.1  # in +Inf: the last bound
     assert math.isnan(histogram_quantile(0.5, bounds, [0, 0, 0]))
+
+
+def test_rescaling_moves_the_counts_up_and_keeps_them() -> None:
+    bounds = [0.01, 0.02, 0.05, math.inf]
+    assert rescale(bounds, [10, 10, 10, 1], 1.0) == pytest.approx([10, 10, 10, 1])
+    scaled = rescale(bounds, [10, 10, 10, 1], 1.2)
+    assert sum(scaled) == pytest.approx(31)
+    assert scaled[0] < 10 < scaled[2]  # mass moved to slower buckets
+    # 1.1x slower than the baseline is not significantly slower than 1.2x the baseline
+    base, cand = [0, 40, 400, 60, 0], [0, 20, 380, 100, 0]
+    five = [0.01, 0.02, 0.05, 0.1, math.inf]
+    assert mann_whitney_p(base, cand) < 0.01
+    assert mann_whitney_p(rescale(five, base, 1.2), cand) > 0.05

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from servinglib.compose.order import load_order
 from servinglib.config.spec import ModelConfig, ServiceConfig
@@ -119,6 +119,7 @@ class VersionRecord:
     selftest_s: float = 0.0
     report: SelfTestReport = field(default_factory=SelfTestReport)
     ready: ReadyVersion | None = None
+    example_output: Any = None  # the batch path's answer to the first self-test input
 
 
 class ModelRegistry:
@@ -437,6 +438,7 @@ class ModelRegistry:
                     f"predict_batch disagrees with the expected output of self-test "
                     f"{case.name!r}: {problems[0]}"
                 )
+        record.example_output = outputs[0]
 
     def _set_state(self, record: VersionRecord, state: VersionState) -> None:
         with self._lock:

@@ -22,7 +22,7 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.lifecycle.registry import ModelRegistry
-from servinglib.model import CallScope
+from servinglib.model import CallScope, LoopModel
 from servinglib.serving import loop_calls
 from servinglib.serving.admitted import AdmittedCall as _Call
 from servinglib.serving.batching import BatchListener, DynamicBatcher
@@ -133,7 +133,7 @@ class InferenceService:
         threads) and the loop awaits the answer until the deadline; a shared unbatched
         model runs on the loop itself while its calls stay quicker than a thread hop
         (:meth:`Lane.quick`); a composed model awaits its steps on the loop
-        (``predict_async``). Same errors as :meth:`infer`.
+        (a :class:`~servinglib.model.LoopModel`). Same errors as :meth:`infer`.
         """
         rows = self._rows(request)
         if rows is not None:
@@ -141,11 +141,14 @@ class InferenceService:
             return self._stacked(request, list(answers))
         call = self._admit(request)
         with call.model_errors():
-            composed = getattr(call.ready.instance, "predict_async", None)
-            if composed is not None:
+            instance = call.ready.instance
+            if isinstance(instance, LoopModel):
                 call.check_deadline()
                 scope = call.scope(request, after_response)
-                done, value = False, asyncio.ensure_future(composed(request.inputs, scope))
+                done, value = (
+                    False,
+                    asyncio.ensure_future(instance.predict_async(request.inputs, scope)),
+                )
             else:
                 done, value = self._start(call, request, blocking=False, followups=after_response)
             if not done:

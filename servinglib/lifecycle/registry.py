@@ -89,7 +89,8 @@ class ModelRegistry:
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
         self._defaults: dict[str, str] = {}
-        self._traffic: dict[str, dict[str, float]] = {}
+        # model -> the split a rollout step set (None or absent: the configured one)
+        self.traffic_splits: dict[str, Mapping[str, float] | None] = {}
         for model in config.models:
             records = {}
             for version in discover_versions(model):
@@ -122,18 +123,6 @@ class ModelRegistry:
     def default_version(self, model: str) -> str:
         """The version answering requests that name none (config, or a promotion)."""
         return self._defaults.get(model) or self.model_config(model).default_version
-
-    def traffic(self, model: str) -> Mapping[str, float] | None:
-        """The traffic split set at run time (a rollout step), or None: the configured one."""
-        return self._traffic.get(model)
-
-    def set_traffic(self, model: str, weights: Mapping[str, float] | None) -> None:
-        """Replace the configured traffic split of ``model`` (None: back to the config)."""
-        self.model_config(model)
-        if weights is None:
-            self._traffic.pop(model, None)
-        else:
-            self._traffic[model] = dict(weights)
 
     def record(self, model: str, version: str | None = None) -> VersionRecord:
         """The record of one version (default version when ``version`` is None)."""

@@ -133,7 +133,7 @@ def apply_desired_state(
             notes.append(f"unknown model {model!r}")
             continue
         moved = _move_default(registry, model, plan, notes=None)
-        registry.set_traffic(model, plan.traffic)
+        registry.traffic_splits[model] = plan.traffic
         # The admin API never writes a plan that unloads its default; a hand-edited file
         # that does keeps it loaded.
         unload = [v for v in plan.unload if v != plan.default]

@@ -146,7 +146,7 @@ class Lane:
 
     def _current_split(self) -> TrafficSplit | None:
         """The configured split, unless a rollout step set another in the registry."""
-        weights = self._registry.traffic(self.name)
+        weights = self._registry.traffic_splits.get(self.name)
         if weights is None:
             return self._split
         if self._override is None or self._override[0] is not weights:

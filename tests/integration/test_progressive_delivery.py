@@ -127,7 +127,7 @@ def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
 
 def test_a_candidate_50_percent_slower_is_rolled_back(tmp_path: Path, start_server: Any) -> None:
     port = free_port()
-    config = delivery_service(tmp_path, port, baseline={"delay_ms": 20}, candidate={"delay_ms": 30})
+    config = delivery_service(tmp_path, port, baseline={"delay_ms": 40}, candidate={"delay_ms": 60})
     server: LiveServer = start_server(config, env=ENV)
     client = AdminClient(port, TOKEN)
     with Load(server.url):

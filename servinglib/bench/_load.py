@@ -1,4 +1,4 @@
-"""The load generator: threads, each with one keep-alive ``http.client`` connection.
+"""The load generator: threads, each with one keep-alive HTTP/1.1 connection.
 
 Closed loop: ``concurrency`` threads each send their next request as soon as the last one
 is answered. Open loop: arrivals at Poisson times of a given rate; a request's latency
@@ -9,9 +9,10 @@ omission). The clock is ``time.perf_counter``; a request that could not be sent 
 
 from __future__ import annotations
 
-import http.client
 import itertools
 import random
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,34 +42,80 @@ class Samples:
 
 
 class _Client:
-    """One keep-alive connection to the server; reconnects after an error."""
+    """One keep-alive HTTP/1.1 connection on a raw socket; reconnects after an error.
+
+    Each request's bytes (request line, headers, body) are built once and reused; the
+    answer is read by its Content-Length (or chunks). Cheaper per request than
+    ``http.client``, so the client takes less of the CPU it shares with the server.
+    """
 
     def __init__(self, url: str, timeout_s: float) -> None:
         parts = urlsplit(url)
-        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self._host = f"{self._address[0]}:{self._address[1]}".encode()
         self._timeout_s = timeout_s
-        self._connection: http.client.HTTPConnection | None = None
+        self._socket: socket.socket | None = None
+        self._buffer = b""
+        self._wire: dict[int, bytes] = {}
+
+    def _bytes(self, request: Prepared) -> bytes:
+        wire = self._wire.get(id(request))
+        if wire is None:
+            headers = "".join(f"{k}: {v}\r\n" for k, v in request.headers.items())
+            head = (
+                f"POST {request.path} HTTP/1.1\r\nHost: {self._host.decode()}\r\n"
+                f"Content-Length: {len(request.body)}\r\n{headers}\r\n"
+            )
+            wire = self._wire[id(request)] = head.encode() + request.body
+        return wire
 
     def send(self, request: Prepared) -> int:
         try:
-            if self._connection is None:
-                self._connection = http.client.HTTPConnection(
-                    self._host, self._port, timeout=self._timeout_s
-                )
-            self._connection.request("POST", request.path, request.body, dict(request.headers))
-            answer = self._connection.getresponse()
-            answer.read()
-            if answer.will_close:
-                self.close()
-            return answer.status
-        except (OSError, http.client.HTTPException):
+            if self._socket is None:
+                self._socket = socket.create_connection(self._address, self._timeout_s)
+                self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._buffer = b""
+            self._socket.sendall(self._bytes(request))
+            return self._answer(self._socket)
+        except (OSError, ValueError):
             self.close()
             return 0
 
+    def _fill(self, sock: socket.socket) -> None:
+        chunk = sock.recv(262144)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self._buffer += chunk
+
+    def _answer(self, sock: socket.socket) -> int:
+        while b"\r\n\r\n" not in self._buffer:
+            self._fill(sock)
+        head, _, self._buffer = self._buffer.partition(b"\r\n\r\n")
+        status = int(head[9:12])
+        lower = head.lower()
+        found = _LENGTH.search(lower)
+        if found is not None:
+            length = int(found[1])
+            while len(self._buffer) < length:
+                self._fill(sock)
+            self._buffer = self._buffer[length:]
+        elif b"transfer-encoding: chunked" in lower:
+            while b"\r\n0\r\n\r\n" not in self._buffer and not self._buffer.startswith(
+                b"0\r\n\r\n"
+            ):
+                self._fill(sock)
+            self._buffer = self._buffer.split(b"0\r\n\r\n", 1)[1]
+        if b"connection: close" in lower:
+            self.close()
+        return status
+
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+
+_LENGTH = re.compile(rb"content-length:\s*(\d+)")
 
 
 Sender = Callable[[Prepared], int]

@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from servinglib.bench._run import BenchOptions, run_bench
-from tests.conftest import REPO_ROOT, LiveServer, launch, run_cli, stop
+from tests.conftest import REPO_ROOT, LiveServer, run_cli, stop
 from tests.integration._tools import perf_analyzer
+from tests.integration._tools_grpc import GrpcServer, launch_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +34,16 @@ SHORT = ("--warmup", "0.3")
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The digits example (dynamic batching, ONNX Runtime), one worker."""
-    server = launch(DIGITS, tmp_path_factory.mktemp("digits"), "--workers", "1")
+def digits_grpc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcServer]:
+    """The digits example (dynamic batching, ONNX Runtime), one worker, HTTP and gRPC."""
+    server = launch_grpc(DIGITS, tmp_path_factory.mktemp("digits"), "--workers", "1")
     yield server
-    stop(server.process)
+    stop(server.live.process)
+
+
+@pytest.fixture(scope="module")
+def digits(digits_grpc: GrpcServer) -> LiveServer:
+    return digits_grpc.live
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
@@ -109,6 +115,43 @@ def test_bench_writes_its_report_and_compare_prints_ratios(
         assert base == pytest.approx(old["median"]["throughput_rps"], abs=0.01)
         assert now == pytest.approx(fresh["median"]["throughput_rps"], abs=0.01)
         assert ratio == pytest.approx(now / base, abs=0.002)
+
+
+def test_grpc_closed_loop_and_an_open_loop_rate(digits_grpc: GrpcServer) -> None:
+    grpc_run = run_bench(
+        BenchOptions(
+            url=digits_grpc.url,
+            grpc_address=digits_grpc.grpc_address,
+            model="digits",
+            protocol="grpc",
+            concurrency=[2],
+            seconds=1,
+            warmup_s=0.2,
+            config=str(DIGITS),
+        ),
+        lambda _: None,
+    )
+    level = grpc_run["levels"][0]
+    assert level["median"]["errors"] == {}
+    assert level["median"]["throughput_rps"] > 0
+    assert level["server"]["batch_size"] >= 1  # the gRPC requests reached the batcher
+    rate_run = run_bench(
+        BenchOptions(
+            url=digits_grpc.url,
+            model="digits",
+            protocol="infer",
+            rates=[40.0],
+            seconds=2,
+            inputs="schema",  # made inside input_schema's bounds: the server accepts them
+            config=str(DIGITS),
+        ),
+        lambda _: None,
+    )
+    (level,) = rate_run["levels"]
+    assert rate_run["mode"] == "rate"
+    assert level["median"]["errors"] == {}
+    # Poisson arrivals over 2 s at 40/s, seeded: the same 80-odd requests every run
+    assert 50 <= level["median"]["requests"] <= 110
 
 
 def _perf_throughput(server: LiveServer, data: Path, concurrency: int) -> float:

@@ -3,7 +3,7 @@
 Rates, error ratios and p95 latency come from differences of the cumulative counters
 (summed over every worker) between samples this worker keeps while the page is viewed:
 one sample per view, at most one every ``MIN_SAMPLE_S``, kept for ``HISTORY_S``. Nothing
-here is secret: failure reasons go through :func:`servinglib.errors.public_reason`, and no
+here is secret: failure reasons are the catalog's public ones (no server paths), and no
 path, URL or token of the config is shown.
 """
 
@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servinglib.errors import public_reason
-from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceService
 
@@ -129,19 +127,16 @@ def _recent(samples: list[_Sample], key: Key) -> dict[str, Any]:
 
 
 def _drift_scores(service: InferenceService) -> dict[Key, float]:
-    monitor = service.drift
-    if not isinstance(monitor, DriftMonitor):
-        return {}
     scores: dict[Key, float] = {}
-    registry = service.registry
-    for name in registry.model_names():
-        for record in registry.records(name):
-            if record.ready is None:
+    catalog = service.catalog
+    for name in catalog.model_names():
+        for view in catalog.views(name):
+            if not view.ready:
                 continue
-            report = monitor.report(name, record.version)
+            report = service.drift_report(name, view.version)
             values = [f["psi"] for f in (report or {}).get("fields", []) if f["psi"] is not None]
             if values:
-                scores[(name, record.version)] = max(values)
+                scores[(name, view.version)] = max(values)
     return scores
 
 
@@ -164,25 +159,21 @@ def gather_status(
     drift = _drift_scores(service)
     samples = history.sample(metrics, drift)
     shadows = _shadows(metrics)
-    registry = service.registry
-    config = registry.config
+    catalog = service.catalog
+    config = catalog.config
     entries = {m.name: m for m in config.models}
     models = []
-    for name in registry.model_names():
+    for name in catalog.model_names():
         entry = entries.get(name)
         versions = []
-        for record in registry.records(name):
-            key = (name, record.version)
-            cases = record.report.cases
+        for view in catalog.views(name):
+            key = (name, view.version)
             versions.append(
                 {
-                    "version": record.version,
-                    "state": record.state.value,
-                    "reason": public_reason(record.reason) if record.reason else "",
-                    "self_test": {
-                        "passed": sum(1 for c in cases if c.passed),
-                        "cases": len(cases),
-                    },
+                    "version": view.version,
+                    "state": view.state,
+                    "reason": view.reason,  # public: no server paths
+                    "self_test": {"passed": view.self_tests[0], "cases": view.self_tests[1]},
                     "traffic": _recent(samples, key),
                     "drift_psi": drift.get(key),
                     "drift_trend": [s.drift[key] for s in samples if key in s.drift][-30:],
@@ -192,7 +183,7 @@ def gather_status(
         models.append(
             {
                 "name": name,
-                "default_version": registry.default_version(name),
+                "default_version": catalog.default_version(name),
                 "traffic_split": split,
                 "shadows": [
                     {

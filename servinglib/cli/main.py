@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
+from servinglib.cli import rollout
 from servinglib.config.env import CONFIG_ENV, DEFAULT_CONFIG
 from servinglib.errors import ServinglibError
 
@@ -188,10 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.drift_offline.commands import add_parsers as add_drift_parsers
 
     add_drift_parsers(commands, _default_config())
-
-    from servinglib.cli.rollout import add_parser as add_rollout_parser
-
-    add_rollout_parser(commands, _default_config())
+    rollout.add_parser(commands, _default_config())
     from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
 
     add_batch_parser(commands)
@@ -252,9 +250,7 @@ def _run(args: argparse.Namespace) -> int:
 
             return run_optimize(args)
         if args.command == "rollout":
-            from servinglib.cli.rollout import run as run_rollout
-
-            return run_rollout(args)
+            return rollout.run(args)
         if args.command == "bench":
             from servinglib.bench.cli import run as run_bench
 

@@ -82,6 +82,7 @@ def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
     with late:
         late.wait_answers(50)
     assert set(late.answers) == {(200, "2")}, late.answers  # the default everywhere
+    assert "rollout_promote" in server.wait_for_log("rollout_promote")  # the JSON-log event
     assert 'servinglib_rollout_decisions_total{action="promote",candidate="2",model="m"} 1.0' in (
         requests.get(f"{server.url}/metrics", timeout=5).text
     )

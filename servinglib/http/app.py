@@ -97,6 +97,11 @@ def _model_states() -> list[dict[str, Any]]:
         out.append(
             {"name": name, "default_version": registry.default_version(name), "versions": versions}
         )
+    if registry.store_status is not None:  # URL repositories: the master's store sync
+        sync = registry.store_status()
+        for model in out:
+            if model["name"] in sync:
+                model["sync"] = sync[model["name"]]
     return out
 
 

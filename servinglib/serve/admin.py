@@ -32,6 +32,7 @@ from servinglib.config.spec import ServiceConfig
 from servinglib.errors import InvalidInputError, ServinglibError
 from servinglib.lifecycle.artifacts import NAME_PATTERN, version_directory
 from servinglib.lifecycle.rollout import (
+    STATE_LOCK,
     ModelPlan,
     read_desired_state,
     read_worker_statuses,
@@ -89,7 +90,7 @@ class AdminServer:
         # Actions on one model run one at a time (their state checks see every earlier
         # action); the file lock guards the one file every model's plan lives in.
         self._model_locks = {model.name: threading.Lock() for model in config.models}
-        self._file_lock = threading.Lock()
+        self._file_lock = STATE_LOCK  # shared with the store sync of the same master
         admin = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -17,10 +17,11 @@ from pathlib import Path
 from servinglib.compose.calls import LaneCaller
 from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.lifecycle.registry import ModelRegistry
-from servinglib.lifecycle.rollout import RolloutWatcher
+from servinglib.lifecycle.rollout import RolloutWatcher, read_sync_status
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
+from servinglib.monitoring.model_sync import ModelSyncCollector
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.serving.service import InferenceService
 from servinglib.serving.watchdog import Watchdog
@@ -103,6 +104,10 @@ def build_worker(
     shadows.run_on = service.call_version  # shadow copies use the version's own threads
     shadows.wait_ready()  # isolation: process loads the shadow versions alongside
     watcher = None
+    if rollout_dir is not None and any(m.repository_url for m in config.models):
+        directory = rollout_dir
+        registry.store_status = lambda: read_sync_status(directory)
+        metrics.add_collector(ModelSyncCollector(registry.store_status))
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
         watcher.sync()

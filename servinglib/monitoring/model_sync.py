@@ -12,7 +12,36 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["ModelSyncCollector"]
+__all__ = ["MODEL_SYNC_METRICS", "ModelSyncCollector"]
+
+# (name, type, status key, description), labelled by `model`.
+MODEL_SYNC_METRICS = (
+    (
+        "servinglib_model_sync_up",
+        "gauge",
+        "ok",
+        "1 when the last poll of the model's store succeeded, 0 while it fails.",
+    ),
+    (
+        "servinglib_model_sync_consecutive_failures",
+        "gauge",
+        "failures",
+        "Failed polls of the store in a row (retried with exponential backoff).",
+    ),
+    (
+        "servinglib_model_sync_last_success_timestamp_seconds",
+        "gauge",
+        "last_success_unix",
+        "Unix time of the last successful poll of the store.",
+    ),
+    ("servinglib_model_sync_polls", "counter", "polls", "Polls of the store since the start."),
+    (
+        "servinglib_model_sync_downloads",
+        "counter",
+        "downloads",
+        "Versions the polls downloaded into the cache (not those of the start-up sync).",
+    ),
+)
 
 
 class ModelSyncCollector(Collector):
@@ -22,34 +51,12 @@ class ModelSyncCollector(Collector):
         self._status = status
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        """One sample per model with a URL repository."""
-        up = GaugeMetricFamily(
-            "servinglib_model_sync_up",
-            "1 when the last poll of the model's store succeeded, 0 while it fails",
-            labels=["model"],
-        )
-        failures = GaugeMetricFamily(
-            "servinglib_model_sync_consecutive_failures",
-            "Failed polls of the store in a row (retried with exponential backoff)",
-            labels=["model"],
-        )
-        last = GaugeMetricFamily(
-            "servinglib_model_sync_last_success_timestamp_seconds",
-            "Unix time of the last successful poll of the store",
-            labels=["model"],
-        )
-        polls = CounterMetricFamily(
-            "servinglib_model_sync_polls", "Polls of the store since the start", labels=["model"]
-        )
-        downloads = CounterMetricFamily(
-            "servinglib_model_sync_downloads",
-            "Versions downloaded into the cache by the polls",
-            labels=["model"],
-        )
-        for model, state in self._status().items():
-            up.add_metric([model], 1.0 if state.get("ok") else 0.0)
-            failures.add_metric([model], float(state.get("failures", 0)))
-            last.add_metric([model], float(state.get("last_success_unix", 0.0)))
-            polls.add_metric([model], float(state.get("polls", 0)))
-            downloads.add_metric([model], float(state.get("downloads", 0)))
-        yield from (up, failures, last, polls, downloads)
+        """One sample per metric and model with a URL repository."""
+        status = self._status()
+        for name, kind, key, documentation in MODEL_SYNC_METRICS:
+            family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
+                name, documentation, labels=["model"]
+            )
+            for model, state in status.items():
+                family.add_metric([model], float(state.get(key) or 0))
+            yield family

@@ -277,3 +277,37 @@ def test_a_missing_store_package_is_a_config_error(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "models[0].repository" in result.stderr
     assert "nosuchproto" in result.stderr
+
+
+def test_admin_load_fetches_a_store_version_and_when_ready_promotes_by_itself(
+    tmp_path: Path, s3_store: S3Store, start_server: Any
+) -> None:
+    url = bucket(s3_store, "admin-load")
+    admin_port = free_port()
+    config = service(tmp_path, url, admin_port=admin_port)
+    env = {**s3_store.env, "SERVINGLIB_ADMIN_TOKEN": TOKEN}
+    server = start_server(config, env=env)
+    s3_store.put_tree("admin-load", "scorer/7", version_files(7.0))
+    client = AdminClient(admin_port, TOKEN)
+    status, body = client.call("POST", "/admin/models/scorer/versions/8/load")
+    assert status == 404
+    assert "no version '8'" in body["error"]
+    client.wait_converged(client.load("scorer", "7")["revision"])
+    assert set(client.wait_for("scorer", "7").values()) == {"READY"}
+    client.promote("scorer", "7")
+    wait_until(lambda: infer(server.url)["version"] == "7", "version 7 answering")
+    stop(server.process)
+
+    (tmp_path / "auto").mkdir()
+    auto = service(
+        tmp_path / "auto",
+        url,
+        extra="    model_sync: {interval_s: 0.3, promote: when_ready}\n",
+    )
+    server = start_server(auto, env=s3_store.env)
+    assert infer(server.url)["version"] == "2"
+    s3_store.put_tree("admin-load", "scorer/9", version_files(9.0))
+    wait_until(lambda: infer(server.url)["version"] == "9", "version 9 promoted by itself")
+    metrics = requests.get(f"{server.url}/metrics", timeout=10).text
+    assert 'servinglib_model_sync_up{model="scorer"} 1.0' in metrics
+    assert 'servinglib_model_sync_downloads_total{model="scorer"} 1.0' in metrics

@@ -11,7 +11,7 @@ import pytest
 from servinglib.config.spec import load_config
 from servinglib.errors import ConfigError
 from servinglib.lifecycle.registry import ModelRegistry, VersionState
-from servinglib.lifecycle.store import cached_versions, sync_service
+from servinglib.lifecycle.store import StoreError, cached_versions, sync_service
 
 pytest.importorskip("fsspec")
 
@@ -70,7 +70,7 @@ def test_cache_over_its_bound_is_refused(tmp_path: Path) -> None:
     shutil.copytree(SCORER / "2", store / "2")
     path = service(tmp_path, f"file://{store}")
     path.write_text(path.read_text().replace("{dir: cache}", "{dir: cache, max_bytes: 10}"))
-    with pytest.raises(Exception, match="over model_cache.max_bytes=10"):
+    with pytest.raises(StoreError, match=r"over model_cache\.max_bytes=10"):
         sync_service(load_config(path))
 
 

@@ -114,8 +114,13 @@ def main() -> None:
         "AWS_ENDPOINT_URL": endpoint,
     }
     env = {**os.environ, **credentials, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench")
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
     client.create_bucket(Bucket="bench-models")
     for path in version.iterdir():
         client.upload_file(str(path), "bench-models", f"minilm/1/{path.name}")
@@ -132,9 +137,7 @@ def main() -> None:
         rows.append(f"| {label} | {seconds:.2f} |")
         if label != "s3://, cold cache":
             for concurrency in (1, 8):
-                result: LoadResult = run_hey(
-                    label, f"{url}/infer", body, concurrency, args.seconds
-                )
+                result: LoadResult = run_hey(label, f"{url}/infer", body, concurrency, args.seconds)
                 loads.append(result.row())
         stop(process)
     moto.stop()

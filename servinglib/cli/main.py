@@ -185,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
-    from servinglib.monitoring.drift_commands import add_parsers as add_drift_parsers
+    from servinglib.drift_offline.commands import add_parsers as add_drift_parsers
 
     add_drift_parsers(commands, _default_config())
 
@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
 
             return run_optimize(args)
         if args.command in ("profile", "drift"):
-            from servinglib.monitoring.drift_commands import run
+            from servinglib.drift_offline.commands import run
 
             return run(args)
         return _selftest(args.config, args.junit)
@@ -330,17 +330,6 @@ def _admin(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _sync_stores(config: Any) -> bool:
-    """Copy URL repositories into the cache (CI tests the very artifacts that will be
-    served); True, with the errors printed, when a store failed."""
-    from servinglib.lifecycle.store import sync_service
-
-    failures = sync_service(config)
-    for model, error in failures.items():
-        print(f"error: model {model!r}: {error}", file=sys.stderr)
-    return bool(failures)
-
-
 def _selftest(config_path: str, junit: Path | None) -> int:
     from servinglib.checks import format_report, run_selftest_suite, write_junit
     from servinglib.config.spec import load_config
@@ -348,8 +337,6 @@ def _selftest(config_path: str, junit: Path | None) -> int:
 
     config = load_config(config_path)
     configure_logging("error", config.server.log_format)  # failures, with tracebacks
-    if _sync_stores(config):
-        return EXIT_FAILED
     run = run_selftest_suite(config)
     print(format_report(run))  # the verdict comes below every failing line
     if junit is not None:

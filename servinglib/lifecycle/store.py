@@ -39,6 +39,7 @@ __all__ = [
     "cached_versions",
     "fetch_version",
     "list_store",
+    "require_synced",
     "sync_model",
     "sync_service",
 ]
@@ -236,6 +237,21 @@ def sync_service(config: ServiceConfig) -> dict[str, str]:
                 f"model_cache.max_bytes={bound}; raise the bound or serve fewer versions"
             )
     return errors
+
+
+def require_synced(config: ServiceConfig) -> None:
+    """Sync every URL repository for a tool (selftest, batch-predict, profile), which must
+    test or score exactly what is in the store.
+
+    Raises:
+        StoreError: naming each store that could not be read.
+    """
+    failures = sync_service(config)
+    if failures:
+        raise StoreError(
+            "; ".join(f"model {name!r}: {error}" for name, error in failures.items())
+            + "; check the store's credentials (the library's standard chain) and endpoint"
+        )
 
 
 def _url(model: ModelConfig) -> str:

@@ -149,8 +149,14 @@ def test_store_down_warm_cache_serves_cold_cache_waits_for_the_store(
 
     url = bucket(s3_store, "store-down")
     config = service(tmp_path, url)
-    server = start_server(config, env=s3_store.env)  # fills the cache
-    stop(server.process)
+    filled = subprocess.run(  # validate fills the cache, as a server's start would
+        [sys.executable, "-m", "servinglib.cli.main", "validate", "--config", str(config)],
+        env=_python_env() | s3_store.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert filled.returncode == 0, filled.stderr
     dead = free_port()  # nothing listens there: the store is down
     down = {**s3_store.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{dead}"}
     warm = start_server(config, env=down)

@@ -9,7 +9,6 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from servinglib.config.spec import ServerConfig
 from servinglib.describe.openapi import openapi_document
-from servinglib.errors import public_reason
 from servinglib.http._exchange import Endpoints
 from servinglib.http._payload import check_transfer_coding
 from servinglib.http.asgi import AsgiFrontEnd
@@ -62,16 +61,16 @@ def metrics() -> Response:
 @ops_blueprint.get("/openapi.json")
 def openapi() -> Response:
     """OpenAPI 3.1 description of every public endpoint and each model's input schema."""
-    registry = _service().registry
+    catalog = _service().catalog
     declared = {
         name: {
-            record.version: record.ready.instance
-            for record in registry.records(name)
-            if record.ready is not None
+            v.version: catalog.ready(name, v.version).instance
+            for v in catalog.views(name)
+            if v.ready
         }
-        for name in registry.model_names()
+        for name in catalog.model_names()
     }
-    return jsonify(openapi_document(registry.config, declared))
+    return jsonify(openapi_document(catalog.config, declared))
 
 
 def _service() -> InferenceService:
@@ -84,24 +83,17 @@ def _refuse_transfer_codings() -> None:
 
 
 def _model_states() -> list[dict[str, Any]]:
-    registry = current_app.extensions["servinglib.serving.service"].registry
-    out = []
-    for name in registry.model_names():
-        versions = []
-        for record in registry.records(name):
-            entry: dict[str, Any] = {"version": record.version, "state": record.state.value}
-            if record.reason:
-                entry["reason"] = public_reason(record.reason)
-            versions.append(entry)
-        out.append(
-            {"name": name, "default_version": registry.default_version(name), "versions": versions}
-        )
-    if registry.store_status is not None:  # URL repositories: the master's store sync
-        sync = registry.store_status()
-        for model in out:
-            if model["name"] in sync:
-                model["sync"] = sync[model["name"]]
-    return out
+    catalog = _service().catalog
+    sync = catalog.store_sync()  # URL repositories: the master's store sync
+    return [
+        {
+            "name": name,
+            "default_version": catalog.default_version(name),
+            "versions": [view.listing() for view in catalog.views(name)],
+            **({"sync": sync[name]} if name in sync else {}),
+        }
+        for name in catalog.model_names()
+    ]
 
 
 def create_app(

@@ -255,7 +255,7 @@ def test_a_killed_download_leaves_no_partial_version(
     assert not list(cache.glob(".partial-*"))
 
 
-def test_selftest_and_validate_run_on_a_url_repository(tmp_path: Path, s3_store: S3Store) -> None:
+def test_selftest_validate_and_batch_predict_run_on_a_url_repository(tmp_path: Path, s3_store: S3Store) -> None:
     url = bucket(s3_store, "ci-selftest")
     s3_store.put_tree("ci-selftest", "scorer/3", {**version_files(2.0), "weights.json": b"{}"})
     config = service(tmp_path, url)
@@ -268,6 +268,19 @@ def test_selftest_and_validate_run_on_a_url_repository(tmp_path: Path, s3_store:
         s3_store.client.delete_object(Bucket="ci-selftest", Key="scorer/3/test_data.json")
         passed = run_cli("selftest", "--config", str(config))
         valid = run_cli("validate", "--config", str(config))
+        (tmp_path / "rows.csv").write_text("x\n1.0\n2.0\n")
+        scored = run_cli(
+            "batch-predict",
+            "--config",
+            str(config),
+            "--model",
+            "scorer",
+            "--input",
+            str(tmp_path / "rows.csv"),
+            "--output",
+            str(tmp_path / "scores"),
+            "--no-progress",
+        )
     finally:
         for key in s3_store.env:
             os.environ.pop(key, None)
@@ -275,6 +288,8 @@ def test_selftest_and_validate_run_on_a_url_repository(tmp_path: Path, s3_store:
     assert "scorer" in failed.stdout
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert valid.returncode == 0, valid.stdout + valid.stderr
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    assert "2 rows, 0 errors" in scored.stdout + scored.stderr
 
 
 def test_a_missing_store_package_is_a_config_error(tmp_path: Path) -> None:

@@ -255,7 +255,9 @@ def test_a_killed_download_leaves_no_partial_version(
     assert not list(cache.glob(".partial-*"))
 
 
-def test_selftest_validate_and_batch_predict_run_on_a_url_repository(tmp_path: Path, s3_store: S3Store) -> None:
+def test_selftest_validate_and_batch_predict_run_on_a_url_repository(
+    tmp_path: Path, s3_store: S3Store
+) -> None:
     url = bucket(s3_store, "ci-selftest")
     s3_store.put_tree("ci-selftest", "scorer/3", {**version_files(2.0), "weights.json": b"{}"})
     config = service(tmp_path, url)

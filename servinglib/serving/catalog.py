@@ -29,6 +29,7 @@ class VersionView:
     state: str
     reason: str
     ready: bool
+    self_tests: tuple[int, int] = (0, 0)  # (passed, run) self-test cases
 
     def listing(self) -> dict[str, str]:
         """``{"version", "state"}`` plus ``"reason"`` when there is one."""
@@ -87,6 +88,12 @@ class VersionCatalog:
 
 def _view(record: VersionRecord) -> VersionView:
     reason = public_reason(record.reason) if record.reason else ""
+    cases = record.report.cases
     return VersionView(
-        record.model, record.version, record.state.value, reason, record.ready is not None
+        record.model,
+        record.version,
+        record.state.value,
+        reason,
+        record.ready is not None,
+        (sum(1 for case in cases if case.passed), len(cases)),
     )

@@ -83,7 +83,8 @@ class CallScope:
     ``predict_async``), and every step request takes its deadline, request id (with the
     step's name appended), priority and routing key from it. ``followups`` is the parent's
     deferred work: a step's shadow copies join it, so they start only once the client has
-    the parent's answer.
+    the parent's answer. ``trace``: the parent's OpenTelemetry context (None when tracing
+    is off), under which each step's span goes (see :mod:`servinglib.tracing`).
     """
 
     deadline: float | None = None
@@ -91,6 +92,7 @@ class CallScope:
     priority: int | None = None
     routing_key: str | None = None
     followups: list[Callable[[], None]] | None = None
+    trace: Any = None
 
 
 # The scope of the request being answered on this thread (None outside a model call).

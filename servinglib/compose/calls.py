@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from servinglib import tracing
 from servinglib.compose._step_threads import StepThreads
 from servinglib.errors import (
     DeadlineExceededError,
@@ -93,14 +94,15 @@ class LaneCaller:
             DeadlineExceededError: the remaining budget cannot cover the step's usual duration.
             ServinglibError: whatever the member's lane raised.
         """
-        request = self._request(model, version, inputs, owner, parent)
+        span = _step_span(owner, parent)
+        request = self._request(model, version, inputs, owner, parent, span)
         started, ok = self._clock(), False
         try:
             output = self._bound().infer(request, _followups(parent)).output
             ok = True
             return output
         finally:
-            self._finished(owner, started, ok)
+            self._finished(owner, started, ok, span)
 
     async def call_async(
         self,
@@ -112,14 +114,15 @@ class LaneCaller:
         parent: CallScope | None,
     ) -> Any:
         """:meth:`call` on an event loop: the step's lane is awaited, never waited for."""
-        request = self._request(model, version, inputs, owner, parent)
+        span = _step_span(owner, parent)
+        request = self._request(model, version, inputs, owner, parent, span)
         started, ok = self._clock(), False
         try:
             output = (await self._bound().infer_async(request, _followups(parent))).output
             ok = True
             return output
         finally:
-            self._finished(owner, started, ok)
+            self._finished(owner, started, ok, span)
 
     def _bound(self) -> InferenceService:
         if self._service is None:
@@ -133,9 +136,11 @@ class LaneCaller:
         inputs: Any,
         owner: tuple[str, str, str],
         parent: CallScope | None,
+        span: Any = None,
     ) -> InferenceRequest:
         """The step's request: what remains of the deadline as its timeout, and the parent's
-        request id (``<id>.<step>``), priority and routing key."""
+        request id (``<id>.<step>``), priority, routing key and trace (under ``span``, the
+        step's own span, when it has one)."""
         timeout_ms = None
         deadline = None if parent is None else parent.deadline
         if deadline is not None:
@@ -162,6 +167,7 @@ class LaneCaller:
             priority=None if parent is None else parent.priority,
             inline=True,
             observed=self._serving(owner),
+            trace=_step_trace(parent, span),
         )
 
     def _serving(self, owner: tuple[str, str, str]) -> bool:
@@ -172,7 +178,12 @@ class LaneCaller:
             return True
         return record.state is VersionState.READY
 
-    def _finished(self, owner: tuple[str, str, str], started: float, ok: bool) -> None:
+    def _finished(
+        self, owner: tuple[str, str, str], started: float, ok: bool, span: Any = None
+    ) -> None:
+        if span is not None:
+            span.set_attribute("servinglib.ok", ok)
+            span.end()
         seconds = self._clock() - started
         if ok:
             usual = self._usual_s.get(owner, seconds)
@@ -208,6 +219,24 @@ class LaneCaller:
         """Stop the step threads; a step still in a member's call is not waited for."""
         if self._pool is not None:
             self._pool.close()
+
+
+def _step_span(owner: tuple[str, str, str], parent: CallScope | None) -> Any:
+    """The span of one step, under the parent request's (None when that is not traced)."""
+    if parent is None or parent.trace is None or tracing.ACTIVE is None:
+        return None
+    return tracing.ACTIVE.start(
+        f"step {owner[2]}",
+        parent.trace,
+        {"servinglib.model": owner[0], "servinglib.version": owner[1], "servinglib.step": owner[2]},
+    )
+
+
+def _step_trace(parent: CallScope | None, span: Any) -> Any:
+    """The trace context the step's request carries: its span's, else its parent's."""
+    if parent is None or parent.trace is None or tracing.ACTIVE is None:
+        return None
+    return tracing.ACTIVE.in_context(span, parent.trace)
 
 
 def _followups(parent: CallScope | None) -> list[Callable[[], None]] | None:

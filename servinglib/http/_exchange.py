@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from servinglib import tracing
 from servinglib.config.spec import ServerConfig
 from servinglib.errors import ServinglibError
 from servinglib.http._context import REQUEST_ID_HEADER, VERSION_HEADER, log_request, request_id_from
@@ -125,6 +126,7 @@ class Exchange:
         "_outcome",
         "_path_model",
         "_path_version",
+        "_span",
         "_status",
         "header",
         "method",
@@ -133,6 +135,7 @@ class Exchange:
         "request_id",
         "started",
         "timeout_ms",
+        "trace",
         "version",
         "waited_s",
     )
@@ -171,6 +174,11 @@ class Exchange:
         self._in_flight = endpoints.metrics.in_flight_gauge(protocol.name)
         self._in_flight.inc()
         PRECOMPUTED_LOOKUP.set(None)  # this thread or task may have answered one before
+        self._span = self.trace = None
+        if tracing.ACTIVE is not None:  # the one check the request path makes with it off
+            self._span, self.trace = tracing.ACTIVE.start_request(
+                header, f"{method} {path}", protocol.name
+            )
 
     def queued_for(self, seconds: float) -> None:
         """The request waited ``seconds`` for a thread before it got here: it counts against
@@ -245,17 +253,23 @@ class Exchange:
         return self._parse_decoded(raw)
 
     def _parse_decoded(self, raw: bytes) -> InferenceRequest:
+        started = 0 if self.trace is None else time.time_ns()
         request, self._context = self.protocol.parse(
             raw, self._path_model, self._path_version, self
         )
         if request.model in self._endpoints.service.models:
             self._label = request.model
+        if self.trace is not None and tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("parse", self.trace, started)
         return request
 
     def answered(self, prediction: Prediction) -> None:
         """Encode the model's answer."""
         self.version = prediction.version
+        started = 0 if self.trace is None else time.time_ns()
         encoded: Encoded = self.protocol.encode(prediction, self._context, self.request_id)
+        if self.trace is not None and tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("encode", self.trace, started)
         self._body, self._content_type, self._extra = (
             encoded.body,
             encoded.content_type,
@@ -284,6 +298,10 @@ class Exchange:
             self._label, version, self.protocol.name, self._outcome, elapsed
         )
         model = "" if self._label == "_unknown" else self._label
+        trace_id = ""
+        if self._span is not None and tracing.ACTIVE is not None:
+            trace_id = tracing.ACTIVE.trace_id(self.trace)
+            tracing.ACTIVE.finish_request(self._span, self._status, model, version, self.request_id)
         log_request(
             self.request_id,
             self.method,
@@ -293,6 +311,7 @@ class Exchange:
             model,
             version,
             self.protocol.name,
+            trace_id,
         )
         body = self._body
         headers = [("Content-Type", self._content_type)]

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from servinglib import tracing
 from servinglib.config.spec import BatchPolicy
 from servinglib.errors import (
     DeadlineExceededError,
@@ -85,6 +86,7 @@ class _Item:
     deadline: float | None
     sequence: int
     priority: int
+    trace: Any = None  # the request's trace context (see servinglib.tracing)
 
 
 @dataclass
@@ -185,10 +187,12 @@ class DynamicBatcher:
         priority: int | None = None,
         deadline: float | None = None,
         arrival: Arrival | None = None,
+        trace: Any = None,
     ) -> Future[Any]:
         """Queue one request; its future gets the result or the exception.
 
         ``arrival``: the announcement of this request by :meth:`incoming`, consumed here.
+        ``trace``: the request's trace context; its queue and predict spans go under it.
 
         Raises:
             OverloadedError: the queue holds ``max_queue_size`` requests (or is closed).
@@ -222,7 +226,9 @@ class DynamicBatcher:
             if arrival is not None and arrival.pending:
                 arrival.pending = False
                 self._incoming -= 1
-            item = _Item(payload, future, self._clock(), deadline, next(self._sequence), level)
+            item = _Item(
+                payload, future, self._clock(), deadline, next(self._sequence), level, trace
+            )
             self._queues[level].append(item)
             self._size += 1
             depth = self._size
@@ -365,8 +371,20 @@ class DynamicBatcher:
                 live.append(item)
             else:  # cancelled while queued: nothing to run, but keep the ordering moving
                 self._resolve(item, None, None)
-        if live:
+        if not live:
+            return
+        if tracing.ACTIVE is None or all(item.trace is None for item in live):
             self._run_isolating(live, run_batch)
+            return
+        started_ns = time.time_ns()
+        self._run_isolating(live, run_batch)
+        if tracing.ACTIVE is not None:
+            tracing.ACTIVE.record_batch(
+                [item.trace for item in live],
+                [now - item.enqueued for item in live],
+                started_ns,
+                len(live),
+            )
 
     def _run_isolating(self, items: list[_Item], run_batch: BatchFunction) -> None:
         def executed(size: int) -> None:

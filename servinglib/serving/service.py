@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from servinglib import tracing
 from servinglib.errors import (
     DeadlineExceededError,
     InvalidInputError,
@@ -70,6 +71,8 @@ class InferenceRequest:
             written to the prediction log nor copied to shadows.
         waited_s: how long the request already waited for a server thread; it counts
             against the deadline.
+        trace: the OpenTelemetry context of the request's span (None when tracing is off
+            or the caller did not trace it): see :mod:`servinglib.tracing`.
     """
 
     model: str
@@ -83,6 +86,7 @@ class InferenceRequest:
     inline: bool = False
     observed: bool = True
     waited_s: float = 0.0
+    trace: Any = None
 
 
 @dataclass(frozen=True)
@@ -136,8 +140,10 @@ class ShadowSubmitter(Protocol):
         output: Any,
         request_id: str,
         log_answer: bool = True,
+        trace: Any = None,
     ) -> None:
-        """Copy an answered request to the model's shadows (never blocks)."""
+        """Copy an answered request to the model's shadows (never blocks); ``trace``: the
+        request's trace context, linked from the copies' spans."""
 
 
 class InferenceService:
@@ -300,6 +306,16 @@ class InferenceService:
 
     def _admit(self, request: InferenceRequest) -> _Call:
         """The one admission path: the lane, deadline and version, once the input passes."""
+        if request.trace is None:
+            return self._admitted(request)
+        started = time.time_ns()
+        call = self._admitted(request)
+        call.trace = request.trace
+        if tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("admit", request.trace, started)
+        return call
+
+    def _admitted(self, request: InferenceRequest) -> _Call:
         lane = self.lane(request.model)
         deadline = lane.deadline(request.timeout_ms) - request.waited_s
         if request.waited_s and self._clock() >= deadline:
@@ -339,14 +355,19 @@ class InferenceService:
         if lane.shared() and blocking and request.inline and lane.quick():
             payload = instance.prepare(features)
             call.check_deadline()
+            if request.trace is not None:
+                return True, _traced(request.trace, lane.timed, instance, payload)
             return True, lane.timed(instance, payload)
         if lane.shared() and not blocking and lane.quick() and loop_calls.available():
             payload = instance.prepare(features)
             call.check_deadline()
             ready = call.ready
+            started = time.time_ns()
             done, value = loop_calls.run_on_loop(
                 ready.model, ready.version, lane.timed, instance, payload
             )
+            if done and request.trace is not None and tracing.ACTIVE is not None:
+                tracing.ACTIVE.record("predict", request.trace, started)
             if done:
                 return True, value
         executor = lane.executor(call.ready)
@@ -355,14 +376,20 @@ class InferenceService:
             if lane.composes:
                 payload = lane.payload(payload, call.scope(request, followups))
             call.check_deadline()
-            return False, executor.submit(payload, priority=request.priority, deadline=deadline)
+            return False, executor.submit(
+                payload, priority=request.priority, deadline=deadline, trace=request.trace
+            )
         with executor.incoming() as arrival:  # lets the batcher wait for it
             payload = instance.prepare(features)
             if lane.composes:
                 payload = lane.payload(payload, call.scope(request, followups))
             call.check_deadline()
             return False, executor.submit(
-                payload, priority=request.priority, deadline=deadline, arrival=arrival
+                payload,
+                priority=request.priority,
+                deadline=deadline,
+                arrival=arrival,
+                trace=request.trace,
             )
 
     def _answered(
@@ -394,6 +421,7 @@ class InferenceService:
                 output,
                 request.request_id,
                 log_answer=logged,
+                trace=request.trace,
             )
             if after_response is None:
                 copy()
@@ -426,6 +454,16 @@ class InferenceService:
             executor.close(timeout_s)
 
 
+def _traced(context: Any, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` recorded as a ``predict`` span under ``context``."""
+    started = time.time_ns()
+    try:
+        return function(*args)
+    finally:
+        if tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("predict", context, started)
+
+
 def run_followups(followups: list[Callable[[], None]]) -> None:
     """Run the work ``infer(after_response=...)`` deferred; failures are logged, never raised."""
     for followup in followups:
@@ -438,7 +476,7 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
 class _Call:
     """One admitted request on its way through the model: where, until when, since when."""
 
-    __slots__ = ("_clock", "deadline", "lane", "ready", "started")
+    __slots__ = ("_clock", "deadline", "lane", "ready", "started", "trace")
 
     def __init__(
         self, lane: Lane, ready: ReadyVersion, deadline: float, clock: Callable[[], float]
@@ -448,13 +486,19 @@ class _Call:
         self.deadline = deadline
         self.started = time.perf_counter()
         self._clock = clock
+        self.trace: Any = None  # the request's trace context, when it is traced
 
     def scope(
         self, request: InferenceRequest, followups: list[Callable[[], None]] | None
     ) -> CallScope:
         """What the calls a composed model makes for ``request`` inherit from it."""
         return CallScope(
-            self.deadline, request.request_id, request.priority, request.routing_key, followups
+            self.deadline,
+            request.request_id,
+            request.priority,
+            request.routing_key,
+            followups,
+            request.trace,
         )
 
     def remaining(self) -> float:
@@ -484,5 +528,9 @@ class _Call:
             raise  # the executor refused or gave up (503 / 504), or a member failed (logged)
         except Exception as e:
             raise PredictionError.logged(
-                self.ready.model, self.ready.version, "raised while predicting", e
+                self.ready.model,
+                self.ready.version,
+                "raised while predicting",
+                e,
+                tracing.trace_id_of(self.trace),
             ) from e

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from servinglib import tracing
 from servinglib.config.spec import ComparatorConfig, ShadowConfig, ShadowExecutorConfig
 from servinglib.errors import (
     ConfigError,
@@ -328,8 +329,12 @@ class ShadowRouter:
         output: Any,
         request_id: str,
         log_answer: bool = True,
+        trace: Any = None,
     ) -> None:
-        """Copy an answered request to the sampled shadows of ``model``; never blocks."""
+        """Copy an answered request to the sampled shadows of ``model``; never blocks.
+
+        ``trace``: the request's trace context; each copy's span is linked to it.
+        """
         for shadow in self._shadows.get(model, ()):
             version = shadow.config.version
             if version == primary or self._rng() >= shadow.config.sample_rate:
@@ -344,7 +349,15 @@ class ShadowRouter:
                 continue
             try:
                 future = self._executor.submit(
-                    self._run, shadow, model, primary, features, output, request_id, log_answer
+                    self._run,
+                    shadow,
+                    model,
+                    primary,
+                    features,
+                    output,
+                    request_id,
+                    log_answer,
+                    trace,
                 )
             except RuntimeError:  # executor shut down: the worker is exiting
                 self._slots.release()
@@ -368,10 +381,18 @@ class ShadowRouter:
         output: Any,
         request_id: str,
         log_answer: bool,
+        trace: Any = None,
     ) -> None:
         version = shadow.config.version
         started = time.perf_counter()
         outcome = "ok"
+        span = None
+        if trace is not None and tracing.ACTIVE is not None:
+            span = tracing.ACTIVE.linked(
+                f"shadow {version}",
+                trace,
+                {"servinglib.model": model, "servinglib.version": version},
+            )
         try:
             timeout_s = shadow.config.timeout_ms / 1000
             if self._process is not None:  # a process of its own: no CPU taken from the primary
@@ -422,6 +443,9 @@ class ShadowRouter:
                 exc_info=True,
             )
         finally:
+            if span is not None:
+                span.set_attribute("servinglib.outcome", outcome)
+                span.end()
             self._slots.release()
             if self._budget is not None and self._process is None:  # interpreter-lock time
                 self._budget.spend(time.perf_counter() - started)

@@ -1,0 +1,110 @@
+"""Turn tracing on in a worker, after gunicorn forks, and flush it when the worker stops.
+
+Tracing is on when the ``tracing`` extra is installed and an OTLP endpoint is set
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``), unless
+``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``. Everything else follows the
+standard ``OTEL_*`` variables, read by the OpenTelemetry SDK itself: the protocol
+(``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``: ``http/protobuf``, or ``grpc`` with
+``opentelemetry-exporter-otlp-proto-grpc`` installed), headers, timeouts, the service name
+and resource attributes, the batch span processor's queue and delays. The sampler is
+``OTEL_TRACES_SAMPLER`` (``_ARG``); servinglib's default is ``parentbased_traceidratio``
+with ratio 0: a request is traced only when its caller (Envoy) sampled it.
+
+Each worker gets its own provider and :class:`BatchSpanProcessor` (its export thread cannot
+survive a fork), created in ``post_worker_init``; ``worker_exit`` flushes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from servinglib import tracing
+
+__all__ = ["start_tracing", "stop_tracing", "tracing_wanted"]
+
+log = logging.getLogger("servinglib.tracing")
+
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_DEFAULT_SAMPLER = "parentbased_traceidratio"
+
+
+class _State:
+    provider: Any = None
+
+
+def tracing_wanted(environ: dict[str, str] | None = None) -> bool:
+    """Whether the environment asks for traces (an OTLP endpoint, nothing disabling them)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+        return False
+    return any(env.get(name) for name in _ENDPOINTS)
+
+
+def start_tracing() -> bool:
+    """Enable tracing in this process when wanted and installed; returns whether it is on.
+
+    A missing extra is logged once and leaves tracing off: the server still serves.
+    """
+    if not tracing_wanted() or tracing.ACTIVE is not None:
+        return tracing.ACTIVE is not None
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
+    except ImportError:
+        log.warning(
+            "an OTLP endpoint is set but OpenTelemetry is not installed: no traces; "
+            "pip install 'servinglib[tracing]'"
+        )
+        return False
+    try:
+        exporter = _exporter()
+    except ImportError as e:
+        log.warning("no traces: %s", e)
+        return False
+    sampler = None  # the SDK reads OTEL_TRACES_SAMPLER when it is set
+    if not os.environ.get("OTEL_TRACES_SAMPLER"):
+        sampler = ParentBasedTraceIdRatio(0.0)
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "servinglib")})
+    provider = TracerProvider(sampler=sampler, resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    _State.provider = provider
+    tracing.ACTIVE = tracing.Tracing(provider.get_tracer("servinglib"))
+    return True
+
+
+def stop_tracing(timeout_s: float = 10.0) -> None:
+    """Export the spans still buffered and stop the export thread (graceful shutdown)."""
+    provider, _State.provider = _State.provider, None
+    tracing.ACTIVE = None
+    if provider is None:
+        return
+    try:
+        provider.force_flush(int(timeout_s * 1000))
+        provider.shutdown()
+    except Exception:
+        log.warning("flushing traces failed", exc_info=True)
+
+
+def _exporter() -> Any:
+    protocol = next((os.environ[n] for n in _PROTOCOLS if os.environ.get(n)), "http/protobuf")
+    if protocol.strip().lower() == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise ImportError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc; "
+                "install it or use http/protobuf"
+            ) from None
+        return OTLPSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return HttpExporter()

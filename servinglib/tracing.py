@@ -14,8 +14,8 @@ Spans, under the server span of each request: ``parse`` (decoding and protocol c
 ``admit`` (routing and input validation), ``queue`` (waiting for a batch), ``predict``
 (the model call; in a batch, linked to the batch's span), ``encode``; one ``predict_batch``
 span per batch, linked to the span of every request in it; ``step <name>`` per step of a
-composed model (its own spans below it); ``shadow <version>`` per shadow copy, in a trace
-of its own linked to the request, after the answer.
+composed model (its own spans below it); ``shadow <version>`` per shadow copy, after the
+answer, linked to the request's span (and its child, so that it is sampled with it).
 """
 
 from __future__ import annotations
@@ -161,15 +161,18 @@ class Tracing:
             )
 
     def linked(self, name: str, context: Any, attributes: Mapping[str, Any]) -> Any:
-        """A span starting a trace of its own, linked to the span in ``context`` (shadow
-        copies, answered after the request); None when that span is not sampled."""
+        """A span that follows from the span in ``context`` (shadow copies, run after the
+        answer): its child, in its trace, and linked to it; None when it is not sampled.
+
+        A trace of its own would go through the sampler as a new root, and a parent-based
+        sampler would drop the copies of every sampled request.
+        """
         if not self._sampled(context):
             return None
-        from opentelemetry.context import Context
         from opentelemetry.trace import Link
 
         link = Link(self._trace.get_current_span(context).get_span_context())
-        return self._tracer.start_span(name, Context(), self._internal, attributes, [link])
+        return self._tracer.start_span(name, context, self._internal, attributes, [link])
 
     def failed(self, span: Any, error: BaseException) -> None:
         """Mark ``span`` failed with ``error``."""

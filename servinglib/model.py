@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servinglib.errors import InvalidInputError
+from servinglib.model_metrics import NO_METRICS, ModelMetrics
 
 __all__ = [
     "CALL_SCOPE",
@@ -155,6 +156,8 @@ class ModelSettings:
         outputs: tensor outputs declared in servinglib.yaml.
         caller: calls other models (set for every model; composed models use it).
         composition: the ``pipeline:``/``ensemble:`` spec of a composed model.
+        metrics: creates the version's own metrics (:attr:`Model.metrics`); None outside
+            the server.
     """
 
     name: str
@@ -165,6 +168,7 @@ class ModelSettings:
     outputs: tuple[TensorSpec, ...] = ()
     caller: ModelCaller | None = None
     composition: Any = None
+    metrics: ModelMetrics | None = None
 
 
 class Model(ABC):
@@ -190,6 +194,13 @@ class Model(ABC):
     inputs: Sequence[TensorSpec] = ()
     outputs: Sequence[TensorSpec] = ()
     settings: ModelSettings = ModelSettings(name="unnamed", version="0")
+
+    @property
+    def metrics(self) -> ModelMetrics:
+        """This version's own metrics: ``self.metrics.counter(name, help)``, ``gauge``,
+        ``histogram``, created in :meth:`load`, labelled with model and version, summed over
+        the server's workers on ``/metrics`` (see :mod:`servinglib.model_metrics`)."""
+        return self.settings.metrics or NO_METRICS
 
     def configure(self, settings: ModelSettings) -> None:
         """Receive settings before :meth:`load`; declared tensors become metadata."""

@@ -16,7 +16,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +49,7 @@ from servinglib.lifecycle.selftest import (
 )
 from servinglib.lifecycle.tracebacks import user_frame
 from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
+from servinglib.model_metrics import ModelMetrics
 
 __all__ = [
     "NAME_PATTERN",
@@ -137,10 +138,12 @@ class ModelRegistry:
         config: ServiceConfig,
         listener: LifecycleListener | None = None,
         caller: ModelCaller | None = None,
+        metrics: Callable[[str, str], ModelMetrics] | None = None,
     ) -> None:
         self._config = config
         self._listener = listener
         self._caller = caller
+        self._metrics = metrics  # (model, version) -> the version's own metrics
         self._lock = threading.Lock()
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
@@ -383,6 +386,7 @@ class ModelRegistry:
                 outputs=model.outputs,
                 caller=self._caller,
                 composition=model.composition,
+                metrics=self._metrics and self._metrics(model.name, record.version),
             )
         )
         try:

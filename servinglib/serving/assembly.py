@@ -21,6 +21,7 @@ from servinglib.lifecycle.rollout import RolloutWatcher
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
+from servinglib.monitoring.model_metrics import metrics_for
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.serving.service import InferenceService
 from servinglib.serving.watchdog import Watchdog
@@ -73,7 +74,7 @@ def build_worker(
     metrics = ServingMetrics()
     metrics.declare_shadow_pairs(config)
     caller = LaneCaller(listener=metrics, threads=config.server.threads)
-    registry = ModelRegistry(config, listener=metrics, caller=caller)
+    registry = ModelRegistry(config, listener=metrics, caller=caller, metrics=metrics_for)
     logger = None
     if config.prediction_log is not None:
         logger = PredictionLogger(

@@ -5,10 +5,12 @@
 installed and an OTLP endpoint is configured): the request path looks at it once per
 step and makes no OpenTelemetry call while it is None.
 
-A request's trace context travels explicitly, as an OpenTelemetry ``Context`` holding its
-server span: in :class:`~servinglib.serving.service.InferenceRequest` ``.trace``, in a
-batcher's queue item, and in :class:`~servinglib.model.CallScope` ``.trace`` for the steps
-of a composed model. Nothing depends on which thread or event loop carries the request.
+Only sampled requests carry a trace context, so everything past the server span asks one
+question, ``trace is None``, and makes no OpenTelemetry call for the others. The context
+travels explicitly, as an OpenTelemetry ``Context`` holding the request's server span: in
+:class:`~servinglib.serving.service.InferenceRequest` ``.trace``, in a batcher's queue
+item, and in :class:`~servinglib.model.CallScope` ``.trace`` for the steps of a composed
+model. Nothing depends on which thread or event loop carries the request.
 
 Spans, under the server span of each request: ``parse`` (decoding and protocol checks),
 ``admit`` (routing and input validation), ``queue`` (waiting for a batch), ``predict``
@@ -20,6 +22,7 @@ answer, linked to the request's span (and its child, so that it is sampled with 
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,17 +41,22 @@ _B3_HEADERS = ("x-b3-traceid", "x-b3-spanid", "x-b3-sampled")
 class Tracing:
     """Makes the spans of the request path from one tracer.
 
+    ``root_ratio``: the share of requests without a trace context (or B3/W3C headers) that
+    start a trace, decided here before any OpenTelemetry call (the tracer's sampler then
+    samples every root it is asked for); None leaves every decision to the tracer's sampler.
+
     Example::
 
-        tracing = Tracing(provider.get_tracer("servinglib"))
+        tracing = Tracing(provider.get_tracer("servinglib"), root_ratio=0.01)
         span, context = tracing.start_request(headers.get, "POST /infer", "infer")
     """
 
-    def __init__(self, tracer: Any) -> None:
+    def __init__(self, tracer: Any, root_ratio: float | None = None) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._tracer = tracer
+        self._root_ratio = root_ratio
         self._trace = trace
         self._w3c = TraceContextTextMapPropagator()
         self._server = trace.SpanKind.SERVER
@@ -58,49 +66,49 @@ class Tracing:
     # --- request spans -------------------------------------------------------------------
     def start_request(self, header: Header, name: str, protocol: str) -> tuple[Any, Any]:
         """The server span of a request (child of the caller's ``traceparent``, or of its
-        B3 headers) and the context holding it."""
-        parent = self.extract(header)
+        B3 headers) and the context holding it; ``(None, None)`` when it is not sampled."""
+        carrier = _carrier(header)
+        if carrier is None:
+            ratio = self._root_ratio
+            if ratio is not None and (ratio <= 0.0 or random.random() >= ratio):  # noqa: S311
+                return None, None  # no OpenTelemetry call for a request not traced
+            parent = None
+        else:
+            parent = self._w3c.extract(carrier)
         span = self._tracer.start_span(
             name, parent, self._server, {"servinglib.protocol": protocol}
         )
+        if not span.is_recording():
+            return None, None
         return span, self._trace.set_span_in_context(span)
 
     def extract(self, header: Header) -> Any:
         """The caller's trace context from W3C ``traceparent``/``tracestate``, else B3."""
-        carrier: dict[str, str] = {}
-        for name in ("traceparent", "tracestate"):
-            value = header(name)
-            if value:
-                carrier[name] = value
-        if "traceparent" not in carrier:
-            traceparent = _b3_traceparent(header)
-            if traceparent is None:
-                return None
-            carrier["traceparent"] = traceparent
-        return self._w3c.extract(carrier)
+        carrier = _carrier(header)
+        return None if carrier is None else self._w3c.extract(carrier)
 
     def finish_request(
         self, span: Any, status: int, model: str, version: str, request_id: str
     ) -> None:
         """End a server span with what the request came to."""
-        if span.is_recording():
-            span.set_attributes(
-                {
-                    "http.response.status_code": status,
-                    "servinglib.model": model,
-                    "servinglib.version": version,
-                    "servinglib.request_id": request_id,
-                }
-            )
-            if status >= 500:
-                span.set_status(self._error)
+        span.set_attributes(
+            {
+                "http.response.status_code": status,
+                "servinglib.model": model,
+                "servinglib.version": version,
+                "servinglib.request_id": request_id,
+            }
+        )
+        if status >= 500:
+            span.set_status(self._error)
         span.end()
 
     def start(self, name: str, context: Any, attributes: Mapping[str, Any] | None = None) -> Any:
         """A span under ``context`` (ended by the caller), or None when it is not sampled."""
-        if not self._sampled(context):
+        if context is None:
             return None
-        return self._tracer.start_span(name, context, self._internal, attributes)
+        span = self._tracer.start_span(name, context, self._internal, attributes)
+        return span if span.is_recording() else None
 
     def in_context(self, span: Any, context: Any) -> Any:
         """The context of ``span`` (``context`` itself when ``span`` is None)."""
@@ -116,7 +124,7 @@ class Tracing:
         ended_ns: int | None = None,
     ) -> Any:
         """A finished span under ``context`` from ``started_ns`` (``time.time_ns()``) to now."""
-        if not self._sampled(context):
+        if context is None:
             return None
         span = self._tracer.start_span(
             name, context, self._internal, attributes, links, start_time=started_ns
@@ -128,16 +136,22 @@ class Tracing:
         self, contexts: Sequence[Any], queued_s: Sequence[float], started_ns: int, size: int
     ) -> None:
         """The spans of one finished batch: ``queue`` and ``predict`` under each sampled
-        request, and one ``predict_batch`` span (under the first) linked to all of them.
+        request, and one ``predict_batch`` span (under the first) linked to all of them
+        (none for a batch of one: its ``predict`` span says it all).
 
         ``queued_s``: how long each request waited before the batch started.
         """
         from opentelemetry.trace import Link
 
-        sampled = [(c, q) for c, q in zip(contexts, queued_s, strict=True) if self._sampled(c)]
+        sampled = [(c, q) for c, q in zip(contexts, queued_s, strict=True) if c is not None]
         if not sampled:
             return
         ended_ns = time.time_ns()
+        if size == 1:  # one request: its predict span is the batch
+            context, waited = sampled[0]
+            self.record("queue", context, started_ns - int(waited * 1e9), ended_ns=started_ns)
+            self.record("predict", context, started_ns, {"servinglib.batch_size": 1})
+            return
         links = [Link(self._trace.get_current_span(c).get_span_context()) for c, _ in sampled]
         batch = self._tracer.start_span(
             "predict_batch",
@@ -167,7 +181,7 @@ class Tracing:
         A trace of its own would go through the sampler as a new root, and a parent-based
         sampler would drop the copies of every sampled request.
         """
-        if not self._sampled(context):
+        if context is None:
             return None
         from opentelemetry.trace import Link
 
@@ -178,11 +192,6 @@ class Tracing:
         """Mark ``span`` failed with ``error``."""
         span.record_exception(error)
         span.set_status(self._error)
-
-    def _sampled(self, context: Any) -> bool:
-        if context is None:
-            return False
-        return bool(self._trace.get_current_span(context).get_span_context().trace_flags.sampled)
 
     def trace_id(self, context: Any) -> str:
         """The trace id (32 hex digits) of the span in ``context``; "" for none."""
@@ -198,6 +207,17 @@ def trace_id_of(context: Any) -> str:
     if tracing is None or context is None:
         return ""
     return tracing.trace_id(context)
+
+
+def _carrier(header: Header) -> dict[str, str] | None:
+    """The W3C headers of a request (B3 ones translated), or None without any."""
+    traceparent = header("traceparent") or _b3_traceparent(header)
+    if not traceparent:
+        return None
+    tracestate = header("tracestate")
+    if tracestate:
+        return {"traceparent": traceparent, "tracestate": tracestate}
+    return {"traceparent": traceparent}
 
 
 def _b3_traceparent(header: Header) -> str | None:

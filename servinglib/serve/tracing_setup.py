@@ -8,7 +8,10 @@ standard ``OTEL_*`` variables, read by the OpenTelemetry SDK itself: the protoco
 ``opentelemetry-exporter-otlp-proto-grpc`` installed), headers, timeouts, the service name
 and resource attributes, the batch span processor's queue and delays. The sampler is
 ``OTEL_TRACES_SAMPLER`` (``_ARG``); servinglib's default is ``parentbased_traceidratio``
-with ratio 0: a request is traced only when its caller (Envoy) sampled it.
+with ratio 0: a request is traced only when its caller (Envoy) sampled it. For the
+parent-based samplers servinglib draws the root decision itself, so that an untraced
+request costs no OpenTelemetry call (the decision is random, not by trace id: no other
+service sees a root's id before servinglib makes it).
 
 Each worker gets its own provider and :class:`BatchSpanProcessor` (its export thread cannot
 survive a fork), created in ``post_worker_init``; ``worker_exit`` flushes it.
@@ -21,6 +24,7 @@ import os
 from typing import Any
 
 from servinglib import tracing
+from servinglib.errors import ConfigError
 
 __all__ = ["start_tracing", "stop_tracing", "tracing_wanted"]
 
@@ -56,7 +60,7 @@ def start_tracing() -> bool:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBasedTraceIdRatio
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
     except ImportError:
         log.warning(
             "an OTLP endpoint is set but OpenTelemetry is not installed: no traces; "
@@ -68,15 +72,45 @@ def start_tracing() -> bool:
     except ImportError as e:
         log.warning("no traces: %s", e)
         return False
-    sampler = None  # the SDK reads OTEL_TRACES_SAMPLER when it is set
-    if not os.environ.get("OTEL_TRACES_SAMPLER"):
-        sampler = ParentBasedTraceIdRatio(0.0)
+    root_ratio = _root_ratio()
+    # parent-based: servinglib samples roots itself, before any OpenTelemetry call; any
+    # other sampler is the SDK's, read from OTEL_TRACES_SAMPLER
+    sampler = None if root_ratio is None else ParentBased(ALWAYS_ON)
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "servinglib")})
     provider = TracerProvider(sampler=sampler, resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     _State.provider = provider
-    tracing.ACTIVE = tracing.Tracing(provider.get_tracer("servinglib"))
+    tracing.ACTIVE = tracing.Tracing(provider.get_tracer("servinglib"), root_ratio)
     return True
+
+
+def _root_ratio() -> float | None:
+    """The share of untraced requests that start a trace, for a parent-based sampler
+    (servinglib's default: none); None for any other sampler.
+
+    Raises:
+        ConfigError: ``OTEL_TRACES_SAMPLER_ARG`` is not a number in [0, 1].
+    """
+    name = os.environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name == "":
+        return 0.0
+    if name == "parentbased_always_on":
+        return 1.0
+    if name == "parentbased_always_off":
+        return 0.0
+    if name != "parentbased_traceidratio":
+        return None
+    arg = os.environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0")
+    try:
+        ratio = float(arg)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise ConfigError(
+            f"OTEL_TRACES_SAMPLER_ARG={arg!r}: the share of requests to trace is a number "
+            "from 0 to 1 (0.01 traces 1 %)"
+        )
+    return ratio
 
 
 def stop_tracing(timeout_s: float = 10.0) -> None:

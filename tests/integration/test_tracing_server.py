@@ -149,7 +149,14 @@ def test_every_request_of_a_batch_is_linked_to_its_batch_span(
         batch_span = predict[0].links[0][1]
         return next((s for s in spans if s.span_id == batch_span), None)
 
-    spans = otlp_receiver.wait_for("tracing-main", lambda s: linked(s) is not None)
+    def complete(spans: list[Span]) -> bool:  # the batch and all its requests' spans arrived
+        batch = linked(spans)
+        if batch is None:
+            return False
+        traces = [of_trace(spans, trace) for trace, _ in batch.links]
+        return all({"POST /infer", "queue", "predict"} <= set(t) for t in traces)
+
+    spans = otlp_receiver.wait_for("tracing-main", complete)
     batch = linked(spans)
     assert batch is not None
     assert batch.name == "predict_batch"

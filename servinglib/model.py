@@ -85,7 +85,7 @@ class CallScope:
     step's name appended), priority and routing key from it. ``followups`` is the parent's
     deferred work: a step's shadow copies join it, so they start only once the client has
     the parent's answer. ``trace``: the parent's OpenTelemetry context (None when tracing
-    is off), under which each step's span goes (see :mod:`servinglib.tracing`).
+    is off), under which each step's span goes (see :mod:`servinglib.serving.tracing`).
     """
 
     deadline: float | None = None

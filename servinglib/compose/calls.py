@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from servinglib import tracing
 from servinglib.compose._step_threads import StepThreads
 from servinglib.errors import (
     DeadlineExceededError,
@@ -36,6 +35,7 @@ from servinglib.errors import (
 from servinglib.lifecycle.importing import import_object
 from servinglib.lifecycle.registry import VersionState
 from servinglib.model import CallScope
+from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService
 
 __all__ = ["LaneCaller", "StepListener"]

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from servinglib import tracing
 from servinglib.config.spec import ServerConfig
 from servinglib.errors import InvalidInputError, PredictionError
 from servinglib.grpc_front.handlers import Malformed
@@ -28,6 +27,7 @@ from servinglib.grpc_front.tensors import decode_infer, encode_infer
 from servinglib.http._context import REQUEST_ID_HEADER, log_request, request_id_from
 from servinglib.http._payload import ENVOY_TIMEOUT_HEADER, envoy_timeout_ms, request_priority
 from servinglib.monitoring.metrics import ServingMetrics
+from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.v2 import InferRequest
 

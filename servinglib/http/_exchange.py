@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from servinglib import tracing
 from servinglib.config.spec import ServerConfig
 from servinglib.errors import ServinglibError
 from servinglib.http._context import REQUEST_ID_HEADER, VERSION_HEADER, log_request, request_id_from
@@ -31,6 +30,7 @@ from servinglib.http._protocols import Encoded, InferProtocol, JsonProtocol, V2P
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.model import PRECOMPUTED_LOOKUP
 from servinglib.monitoring.metrics import ServingMetrics
+from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.content_coding import (
     ContentCodingError,
@@ -41,6 +41,9 @@ from servinglib.wire.content_coding import (
 )
 
 __all__ = ["Endpoints", "Exchange", "Reply"]
+
+# what an undecodable body is answered with, by what is wrong with it
+_CODING_STATUS = {"unsupported": 415, "invalid": 400, "too_large": 413}
 
 Header = Callable[[str], str | None]
 PRECOMPUTED_HEADER = "x-servinglib-precomputed"  # hit | miss: how runtime: precomputed answered
@@ -229,7 +232,7 @@ class Exchange:
             try:
                 raw = decode_body(raw, coding, self._endpoints.max_body)
             except ContentCodingError as e:
-                raise HttpError(e.status, str(e)) from None
+                raise HttpError(_CODING_STATUS[e.problem], str(e)) from None
         return self._parse_decoded(raw)
 
     def parse_small(self, raw: bytes, small: int) -> InferenceRequest | None:
@@ -246,7 +249,7 @@ class Exchange:
             try:
                 decoded = decode_small_body(raw, coding, self._endpoints.max_body, small)
             except ContentCodingError as e:
-                raise HttpError(e.status, str(e)) from None
+                raise HttpError(_CODING_STATUS[e.problem], str(e)) from None
             if decoded is None:
                 return None
             raw = decoded

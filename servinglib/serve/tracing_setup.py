@@ -23,12 +23,12 @@ import logging
 import os
 from typing import Any
 
-from servinglib import tracing
 from servinglib.errors import ConfigError
+from servinglib.serving import tracing
 
 __all__ = ["start_tracing", "stop_tracing", "tracing_wanted"]
 
-log = logging.getLogger("servinglib.tracing")
+log = logging.getLogger("servinglib.serving.tracing")
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")

@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import get_current_span
 
 from servinglib.serve.tracing_setup import tracing_wanted
-from servinglib.tracing import Tracing
+from servinglib.serving.tracing import Tracing
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"

@@ -132,6 +132,17 @@ class Tracing:
         span.end(ended_ns)
         return span
 
+    def around_batch(
+        self, run: Callable[[], None], contexts: Sequence[Any], queued_s: Sequence[float]
+    ) -> None:
+        """``run()`` one batch, then :meth:`record_batch` when any request in it is traced."""
+        if all(context is None for context in contexts):
+            run()
+            return
+        started_ns = time.time_ns()
+        run()
+        self.record_batch(contexts, queued_s, started_ns, len(contexts))
+
     def record_batch(
         self, contexts: Sequence[Any], queued_s: Sequence[float], started_ns: int, size: int
     ) -> None:

@@ -51,7 +51,7 @@ class OtlpReceiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = self._body()
                 if self.headers.get("content-encoding") == "gzip":
                     body = gzip.decompress(body)
                 request = ExportTraceServiceRequest()
@@ -63,6 +63,16 @@ class OtlpReceiver:
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
+
+            def _body(self) -> bytes:
+                if self.headers.get("transfer-encoding", "").lower() != "chunked":
+                    return self.rfile.read(int(self.headers.get("content-length") or 0))
+                chunks = []  # Envoy's exporter streams its requests
+                while size := int(self.rfile.readline().split(b";")[0].strip(), 16):
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                self.rfile.readline()
+                return b"".join(chunks)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -100,6 +110,11 @@ class OtlpReceiver:
         """Every span received so far from ``service`` (its ``service.name``)."""
         with self._lock:
             return [s for s in self._spans if s.service == service]
+
+    def services(self) -> set[str]:
+        """The ``service.name`` of every exporter heard from."""
+        with self._lock:
+            return {s.service for s in self._spans}
 
     def wait_for(
         self, service: str, done: Callable[[list[Span]], bool], timeout_s: float = 30

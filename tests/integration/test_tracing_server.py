@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.conftest import LiveServer, launch, stop
+from tests.conftest import LiveServer, free_port, launch, stop
 from tests.otlp_receiver import OtlpReceiver, Span
 
 pytestmark = pytest.mark.integration
@@ -45,10 +45,16 @@ def serve(directory: Path, receiver: OtlpReceiver, service: str, **env: str) -> 
 
 
 @pytest.fixture(scope="module")
+def grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, otlp_receiver: OtlpReceiver
+    tmp_path_factory: pytest.TempPathFactory, otlp_receiver: OtlpReceiver, grpc_port: int
 ) -> Iterator[LiveServer]:
-    live = serve(tmp_path_factory.mktemp("tracing"), otlp_receiver, "tracing-main")
+    directory = tmp_path_factory.mktemp("tracing")
+    live = serve(directory, otlp_receiver, "tracing-main", SERVINGLIB_GRPC_PORT=str(grpc_port))
     yield live
     stop(live.process)
 
@@ -122,6 +128,27 @@ def test_open_inference_requests_are_traced(
     assert root.parent_span_id == parent
     assert root.attributes["servinglib.protocol"] == "v2"
     assert root.attributes["http.response.status_code"] == response.status_code
+
+
+def test_grpc_metadata_carries_the_trace_context(
+    server: LiveServer, otlp_receiver: OtlpReceiver, grpc_port: int
+) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    header, trace_id, parent = traceparent()
+    request = service_pb2.ModelInferRequest(model_name="scorer")
+    request.inputs.add(name="x", datatype="FP64", shape=[1]).contents.fp64_contents.append(2.0)
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        stub.ModelInfer(request, metadata=[("traceparent", header)], timeout=30)
+    path = "/inference.GRPCInferenceService/ModelInfer"
+    spans = otlp_receiver.wait_for("tracing-main", lambda s: path in of_trace(s, trace_id))
+    (root,) = of_trace(spans, trace_id)[path]
+    assert root.parent_span_id == parent
+    assert root.attributes["servinglib.protocol"] == "grpc"
+    assert root.attributes["http.response.status_code"] == 200
+    assert {"admit", "predict"} <= set(of_trace(spans, trace_id))
 
 
 def test_every_request_of_a_batch_is_linked_to_its_batch_span(
@@ -241,3 +268,20 @@ def test_sampling_off_exports_nothing_and_sigterm_flushes_buffered_spans(
     assert {s.trace_id for s in spans if s.kind == SERVER_KIND} == {sampled_id}
     assert {"POST /infer", "parse", "admit", "predict", "encode"} <= {s.name for s in spans}
     assert unsampled_id not in {s.trace_id for s in spans}
+
+
+def test_the_error_line_of_a_failing_model_carries_the_trace_id(
+    server: LiveServer, otlp_receiver: OtlpReceiver
+) -> None:
+    header, trace_id, _ = traceparent()
+    response = infer(server.url, "scorer", {"x": "not a number"}, header)  # predict raises
+    assert response.status_code == 500
+    log = server.wait_for_log("raised while predicting")
+    lines = [json.loads(line) for line in log.splitlines() if trace_id in line]
+    errors = [line for line in lines if line["logger"] == "servinglib.serving.service"]
+    assert len(errors) == 1
+    assert errors[0]["trace_id"] == trace_id
+    assert "raised while predicting" in errors[0]["message"]
+    spans = otlp_receiver.wait_for("tracing-main", lambda s: "POST /infer" in of_trace(s, trace_id))
+    (root,) = of_trace(spans, trace_id)["POST /infer"]
+    assert root.attributes["http.response.status_code"] == 500

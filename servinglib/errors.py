@@ -157,15 +157,24 @@ class PredictionError(ServinglibError):
         )
 
     @classmethod
-    def logged(cls, model: str, version: str, what: str, cause: BaseException) -> PredictionError:
+    def logged(
+        cls, model: str, version: str, what: str, cause: BaseException, trace_id: str = ""
+    ) -> PredictionError:
         """Log ``cause`` with a new error id and return the error that names the id.
 
         ``what`` completes "model M version V ..." in the log line, e.g. "raised while
-        predicting". The client sees only the id; the traceback stays in the log.
+        predicting". The client sees only the id; the traceback stays in the log, with the
+        request's ``trace_id`` when it is traced.
         """
         error_id = uuid.uuid4().hex[:12]
         logging.getLogger("servinglib.serving.service").error(
-            "model %r version %r %s (error id %s)", model, version, what, error_id, exc_info=cause
+            "model %r version %r %s (error id %s)",
+            model,
+            version,
+            what,
+            error_id,
+            exc_info=cause,
+            extra={"trace_id": trace_id} if trace_id else None,
         )
         return cls(model, version, error_id)
 

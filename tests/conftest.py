@@ -206,3 +206,13 @@ def fixture_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSer
     server = launch(SERVICE_CONFIG, tmp_path_factory.mktemp("server"), "--workers", "2")
     yield server
     stop(server.process)
+
+
+@pytest.fixture(scope="session")
+def otlp_receiver() -> Iterator[Any]:
+    """A real OTLP/HTTP trace receiver on a free port, for the whole test run."""
+    from tests.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()

@@ -51,6 +51,7 @@ from servinglib.lifecycle.versions import (
     VersionState,
 )
 from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
+from servinglib.model_metrics import ModelMetrics
 from servinglib.serving.isolation import BatchAnswerError, one_per_input
 
 __all__ = [
@@ -82,10 +83,12 @@ class ModelRegistry:
         config: ServiceConfig,
         listener: LifecycleListener | None = None,
         caller: ModelCaller | None = None,
+        metrics: Callable[[str, str], ModelMetrics] | None = None,
     ) -> None:
         self._config = config
         self._listener = listener
         self._caller = caller
+        self._metrics = metrics  # (model, version) -> the version's own metrics
         self._lock = threading.Lock()
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
@@ -330,6 +333,7 @@ class ModelRegistry:
                 outputs=model.outputs,
                 caller=self._caller,
                 composition=model.composition,
+                metrics=self._metrics and self._metrics(model.name, record.version),
             )
         )
         try:

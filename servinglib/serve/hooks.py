@@ -173,6 +173,9 @@ def post_fork(server: Any, worker: Any) -> None:
     _admin.clear()  # the master's, not this worker's: on_exit must not stop it here
     _booted.clear()
     interval = max(0.5, server.cfg.timeout / 4)
+    from servinglib.serve.tracing_setup import start_tracing
+
+    start_tracing()  # its export thread is this worker's own (none survives a fork)
 
     def heartbeat() -> None:
         while not _booted.wait(interval):
@@ -234,6 +237,9 @@ def worker_exit(server: Any, worker: Any) -> None:
         shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
         if callable(shutdown):
             shutdown()
+    from servinglib.serve.tracing_setup import stop_tracing
+
+    stop_tracing()  # the spans still buffered, shadow copies' included
     from servinglib.monitoring.logs import flush_logs
 
     flush_logs()  # the access-log lines of the last requests

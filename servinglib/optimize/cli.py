@@ -1,12 +1,11 @@
 """``servinglib optimize``: thin command-line wrappers over the optimize library.
 
-Sub-commands, each usable alone::
+Sub-commands, each usable alone (and ``prune``, ``distill``, ``edge``: see their --help)::
 
     servinglib optimize export   MODULE:FACTORY|model.pt --sample sample.npz --out model.onnx
     servinglib optimize graph    model.onnx --level basic --out model.basic.onnx
     servinglib optimize quantize model.onnx --method static --calibration calib.npz --out q.onnx
     servinglib optimize run      model.onnx --validation valid.npz --out int8/model.onnx
-    servinglib optimize prune    MODULE:FACTORY --train t.npz --validation v.npz --out p.onnx
 
 ``run`` does it all (graph optimization, quantization or the accuracy-aware search,
 measurement, report, budgets) and exits 1 when a budget is exceeded or no candidate fits,
@@ -24,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ServinglibError
+from servinglib.optimize._cli_compress import COMMANDS, add_compress_parsers, run_compress
 from servinglib.optimize._cli_output import print_outcome
-from servinglib.optimize._cli_prune import add_prune_parser, dynamic_axes, run_prune
+from servinglib.optimize._cli_prune import dynamic_axes
 from servinglib.optimize._cli_types import (
     add_quantize_options,
     int_at_least,
@@ -215,7 +215,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="least time each model spends in one throughput round (default: %(default)s)",
     )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_prune_parser(steps)
+    add_compress_parsers(steps)
     return parser
 
 
@@ -230,8 +230,8 @@ def run(args: argparse.Namespace) -> int:
                 return _graph(args)
             if command == "quantize":
                 return _quantize(args)
-            if command == "prune":
-                return run_prune(args)
+            if command in COMMANDS:
+                return run_compress(args)
             return _run(args)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)

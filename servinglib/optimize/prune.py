@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,14 @@ from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.export import export_module
 from servinglib.optimize.measure import MeasureSettings
 
-__all__ = ["IMPORTANCES", "PruneData", "PruneOutcome", "PruneSettings", "prune_model"]
+__all__ = [
+    "IMPORTANCES",
+    "PruneData",
+    "PruneOutcome",
+    "PruneSettings",
+    "prune_channels",
+    "prune_model",
+]
 
 IMPORTANCES = ("magnitude", "taylor")
 
@@ -157,35 +164,45 @@ def _ignored(module: Any, keep: tuple[str, ...]) -> list[Any]:
     return [_output_layer(module), *(named[name] for name in keep)]
 
 
-def _prune_step(
-    student: Any, example: tuple[Any, ...], share: float, settings: PruneSettings, data: PruneData
+def prune_channels(
+    module: Any,
+    example: tuple[Any, ...],
+    share: float,
+    *,
+    importance: str = "magnitude",
+    keep: tuple[str, ...] = (),
+    train: Sequence[np.ndarray] = (),
+    labels: np.ndarray | None = None,
 ) -> None:
-    """Remove ``share`` of the current channels of each prunable layer, in place."""
+    """Remove ``share`` of the current channels of each prunable layer of ``module``, in place.
+
+    ``taylor`` scores channels by |weight x gradient| of the cross-entropy on up to 256
+    ``train`` samples against ``labels`` (or the module's own predictions).
+    """
     tp = require("torch_pruning", "structured pruning (pip install 'servinglib[prune]')")
     torch = require("torch", "pruning a PyTorch model")
-    if settings.importance == "taylor":
-        importance = tp.importance.GroupTaylorImportance()
+    if importance == "taylor":
+        scorer = tp.importance.GroupTaylorImportance()
     else:
-        importance = tp.importance.GroupMagnitudeImportance(p=2)
+        scorer = tp.importance.GroupMagnitudeImportance(p=2)
     pruner = tp.pruner.MetaPruner(
-        student,
+        module,
         example,
-        importance=importance,
+        importance=scorer,
         pruning_ratio=share,
-        ignored_layers=_ignored(student, settings.keep),
+        ignored_layers=_ignored(module, keep),
     )
-    if settings.importance == "taylor":
-        inputs = list(data.train.values())
-        rows = slice(0, min(len(inputs[0]), 256))
-        student.zero_grad()
-        logits = first_output(student(*tensors(inputs, rows)))
-        if data.train_labels is not None:
-            targets = torch.from_numpy(data.train_labels[rows].astype(np.int64))
+    if importance == "taylor":
+        rows = slice(0, min(len(train[0]), 256))
+        module.zero_grad()
+        logits = first_output(module(*tensors(train, rows)))
+        if labels is not None:
+            targets = torch.from_numpy(labels[rows].astype(np.int64))
         else:
             targets = logits.detach().argmax(dim=-1)  # the original's own predictions
         torch.nn.functional.cross_entropy(logits, targets).backward()
     pruner.step()
-    student.zero_grad()
+    module.zero_grad()
 
 
 def prune_model(
@@ -229,7 +246,15 @@ def prune_model(
             done = 0.0
             for ratio in ratios:
                 share = 1 - (1 - ratio) / (1 - done)  # of what the previous step left
-                _prune_step(student, example, share, settings, data)
+                prune_channels(
+                    student,
+                    example,
+                    share,
+                    importance=settings.importance,
+                    keep=settings.keep,
+                    train=train,
+                    labels=data.train_labels,
+                )
                 done = ratio
                 fit(
                     student,

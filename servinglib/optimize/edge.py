@@ -24,12 +24,16 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from servinglib.optimize._deps import require
+from servinglib.optimize._messages import first_line
 from servinglib.optimize._session import open_session
 from servinglib.optimize.errors import OptimizeError
 
@@ -100,8 +105,9 @@ class EdgeCandidate:
     def describe(self) -> str:
         """One line with the figures and what failed."""
         verdict = "; ".join(self.failures) if self.failures else "within the profile"
+        shown = "/".join(self.source.parts[-2:])
         return (
-            f"{'/'.join(self.source.parts[-2:])}: {self.size_mb:.3f} MB, p50 {self.p50_ms:.3f} ms here, "
+            f"{shown}: {self.size_mb:.3f} MB, p50 {self.p50_ms:.3f} ms here, "
             f"x{self.scaled_p50_ms / max(self.p50_ms, 1e-12):g} = {self.scaled_p50_ms:.2f} ms "
             f"on the device, |ort - onnx| {self.max_abs_diff:.3g}: {verdict}"
         )
@@ -124,27 +130,26 @@ def convert_to_ort(source: Path, directory: Path) -> tuple[Path, Path]:
     Raises:
         OptimizeError: ONNX Runtime's converter fails.
     """
-    require("onnxruntime", "converting to the ORT format")
+    tool = require("onnxruntime.tools.convert_onnx_models_to_ort", "converting to the ORT format")
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="servinglib-ort-") as tmp:
-        staged = Path(tmp) / f"{source.stem}.onnx"
+        staged, out = Path(tmp) / f"{source.stem}.onnx", Path(tmp) / "out"
         shutil.copyfile(source, staged)
-        command = [
-            sys.executable,
-            "-m",
-            "onnxruntime.tools.convert_onnx_models_to_ort",
-            str(staged),
-            "--output_dir",
-            str(Path(tmp) / "out"),
-            "--optimization_style",
-            "Fixed",
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        produced = Path(tmp) / "out" / f"{source.stem}.ort"
-        configs = sorted((Path(tmp) / "out").glob("*.config"))
-        if done.returncode != 0 or not produced.is_file() or not configs:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise OptimizeError(f"ORT-format conversion of {source.name} failed: {' '.join(tail)}")
+        try:
+            # the tool prints progress and leaves a file of its own unclosed: both kept quiet
+            with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)
+                tool.convert_onnx_models_to_ort(
+                    staged, out, optimization_styles=[tool.OptimizationStyle.Fixed]
+                )
+                gc.collect()  # its unclosed file is reclaimed here, inside the filter
+        except Exception as e:
+            raise OptimizeError(
+                f"ORT-format conversion of {source.name} failed: {first_line(e)}"
+            ) from e
+        produced, configs = out / f"{source.stem}.ort", sorted(out.glob("*.config"))
+        if not produced.is_file() or not configs:
+            raise OptimizeError(f"ORT-format conversion of {source.name} wrote no .ort model")
         ort_path, config_path = directory / produced.name, directory / "required_operators.config"
         shutil.move(produced, ort_path)
         shutil.move(configs[0], config_path)

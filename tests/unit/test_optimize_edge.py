@@ -27,17 +27,31 @@ def test_digits_bundle_fits_rpi5_and_its_script_reports_size_and_p50(
 ) -> None:
     bundle = tmp_path / "edge"
     code = main(
-        ["optimize", "edge", str(FP32), "--profile", "rpi5"]
-        + ["--validation", str(VALIDATION), "--iterations", "100", "--out", str(bundle)]
+        [
+            "optimize",
+            "edge",
+            str(FP32),
+            "--profile",
+            "rpi5",
+            "--validation",
+            str(VALIDATION),
+            "--iterations",
+            "100",
+            "--out",
+            str(bundle),
+        ]
     )
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert "p50 x 3" in printed and "1 CPU" in printed  # the emulation and factor, stated
+    assert "p50 x 3" in printed
+    assert "1 CPU" in printed
     for name in ("model.ort", "required_operators.config", "infer.py", "sample.npz"):
         assert (bundle / name).is_file(), name
     assert "onnxruntime" in (bundle / "requirements.txt").read_text()
     ops = (bundle / "required_operators.config").read_text()
-    assert "ai.onnx;" in ops and "Conv" in ops and "Gemm" in ops
+    assert "ai.onnx;" in ops
+    assert "Conv" in ops
+    assert "Gemm" in ops
     # the .ort answers as the .onnx does on every validation sample
     report = json.loads((bundle / "edge-report.json").read_text())
     (candidate,) = report["candidates"]
@@ -62,7 +76,8 @@ def test_digits_bundle_fits_rpi5_and_its_script_reports_size_and_p50(
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
     )
     figures = json.loads(done.stdout)
-    assert figures["cpus"] == [cpu] and figures["threads"] == 1
+    assert figures["cpus"] == [cpu]
+    assert figures["threads"] == 1
     assert figures["size_mb"] <= 5.0
     assert figures["p50_ms"] * 3.0 <= 15.0
 
@@ -72,12 +87,25 @@ def test_unmeetable_profile_fails_listing_every_candidate(
 ) -> None:
     bundle = tmp_path / "never"
     code = main(
-        ["optimize", "edge", str(FP32), str(INT8), "--max-size-mb", "0.01"]
-        + ["--validation", str(VALIDATION), "--iterations", "20", "--out", str(bundle)]
+        [
+            "optimize",
+            "edge",
+            str(FP32),
+            str(INT8),
+            "--max-size-mb",
+            "0.01",
+            "--validation",
+            str(VALIDATION),
+            "--iterations",
+            "20",
+            "--out",
+            str(bundle),
+        ]
     )
     err = capsys.readouterr().err
     assert code == 1
     assert not bundle.exists()
     assert "no candidate fits the rpi5 profile" in err
-    assert "1/model.onnx: 0.16" in err and "2/model.onnx: 0.05" in err
+    assert "1/model.onnx: 0.16" in err
+    assert "2/model.onnx: 0.05" in err
     assert err.count("> 0.01 MB") == 2

@@ -209,8 +209,9 @@ def edge_target(
     atol: float = 1e-4,
 ) -> EdgeOutcome:
     """Convert and measure every source; bundle the smallest within the profile into ``out``."""
-    from servinglib.optimize.edge_bundle import write_bundle
+    from servinglib.optimize.edge_bundle import refuse_foreign_directory, write_bundle
 
+    refuse_foreign_directory(out)  # before any work, not after it
     found = []
     with tempfile.TemporaryDirectory(prefix="servinglib-edge-") as tmp:
         work = Path(tmp)

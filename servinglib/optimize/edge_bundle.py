@@ -14,14 +14,18 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from servinglib.optimize.errors import OptimizeError
 
 if TYPE_CHECKING:
     from servinglib.optimize.edge import EdgeCandidate, EdgeProfile
 
-__all__ = ["REQUIREMENTS", "write_bundle"]
+__all__ = ["REQUIREMENTS", "refuse_foreign_directory", "write_bundle"]
 
 REQUIREMENTS = """\
 # ONNX Runtime publishes manylinux aarch64 wheels (Raspberry Pi OS 64-bit, Ubuntu arm64).
@@ -40,11 +44,42 @@ models:
 """
 
 
+def refuse_foreign_directory(out: Path) -> None:
+    """Refuse an ``out`` that holds files but is not an earlier bundle (it would be replaced).
+
+    Raises:
+        OptimizeError: ``out`` is a file, or a non-empty directory without a bundle in it.
+    """
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and not (out / "infer.py").is_file()):
+        raise OptimizeError(
+            f"--out {out} holds files that are not an edge bundle; the bundle replaces its "
+            "directory: name a new or empty directory"
+        )
+
+
 def write_bundle(
     chosen: EdgeCandidate, profile: EdgeProfile, out: Path, sample: Path, script: Path
 ) -> Path:
-    """Write the bundle of ``chosen`` into ``out`` (created; files there are replaced)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write the bundle of ``chosen`` into ``out``, staged next to it and renamed in place.
+
+    An earlier bundle in ``out`` is replaced; an interrupted run leaves ``out`` as it was.
+    """
+    refuse_foreign_directory(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        _write(chosen, profile, staging, sample, script)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _write(
+    chosen: EdgeCandidate, profile: EdgeProfile, out: Path, sample: Path, script: Path
+) -> None:
     shutil.copyfile(chosen.ort_path, out / "model.ort")
     shutil.copyfile(
         chosen.ort_path.with_name("required_operators.config"), out / "required_operators.config"
@@ -58,4 +93,3 @@ def write_bundle(
     (out / "servinglib.yaml").write_text(
         SERVING_CONFIG.format(profile=profile.name), encoding="utf-8"
     )
-    return out

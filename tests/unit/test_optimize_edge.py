@@ -109,3 +109,15 @@ def test_unmeetable_profile_fails_listing_every_candidate(
     assert "1/model.onnx: 0.16" in err
     assert "2/model.onnx: 0.05" in err
     assert err.count("> 0.01 MB") == 2
+
+
+def test_out_holding_other_files_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    code = main(
+        ["optimize", "edge", str(FP32), "--validation", str(VALIDATION), "--out", str(tmp_path)]
+    )
+    assert code == 2
+    assert "holds files that are not an edge bundle" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -126,10 +126,12 @@ def test_pruning_halves_channels_keeps_accuracy_and_is_faster_interleaved(
     assert pruned["macs_reduction"] > 0.6
     assert pruned["size_mb"] < 0.4 * base["size_mb"]
     assert pruned["loss"] <= 0.02
-    # timed interleaved with the unpruned model; the claim needs the rounds to separate
+    # timed interleaved with the unpruned model: the median round p50 is lower; a speed-up is
+    # claimed only when the rounds separate, otherwise the report says why not
     assert pruned["p50_ms"] < base["p50_ms"]
-    assert pruned["p50_vs_unpruned"].startswith("p50 ")
-    assert "faster" in pruned["p50_vs_unpruned"]
+    claim = pruned["p50_vs_unpruned"]
+    assert claim.startswith("p50 ")
+    assert "faster" in claim or "no measurable difference (" in claim, claim
     assert (tmp_path / "pruned" / "prune-curve.png").stat().st_size > 1000
     # the written model is a dense ONNX graph with 384-wide layers that answers like torch
     session = open_session(out)
@@ -138,7 +140,6 @@ def test_pruning_halves_channels_keeps_accuracy_and_is_faster_interleaved(
     assert logits.shape == (300, 10)
     accuracy = float(np.mean(logits.argmax(1) == valid["labels"]))
     assert accuracy == pytest.approx(pruned["metric_value"])
-    assert "faster" in printed
     assert "wrote" in printed
 
 

@@ -185,13 +185,16 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
-    from servinglib.monitoring.drift_commands import add_parsers as add_drift_parsers
+    from servinglib.drift_offline.commands import add_parsers as add_drift_parsers
 
     add_drift_parsers(commands, _default_config())
 
     from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
 
     add_batch_parser(commands)
+    from servinglib.bench.cli import add_parser as add_bench_parser  # light: argparse only
+
+    add_bench_parser(commands)
     return parser
 
 
@@ -245,8 +248,12 @@ def _run(args: argparse.Namespace) -> int:
             from servinglib.optimize.cli import run as run_optimize
 
             return run_optimize(args)
+        if args.command == "bench":
+            from servinglib.bench.cli import run as run_bench
+
+            return run_bench(args)
         if args.command in ("profile", "drift"):
-            from servinglib.monitoring.drift_commands import run
+            from servinglib.drift_offline.commands import run
 
             return run(args)
         return _selftest(args.config, args.junit)

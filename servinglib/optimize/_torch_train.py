@@ -96,13 +96,16 @@ def fit(
     temperature: float = 2.0,
     seed: int = 0,
     optimizer: Any = None,
+    targets: Any = None,
 ) -> Any:
     """Train ``student`` for ``epochs`` (Adam, shuffled batches); returns the optimizer.
 
-    The teacher's outputs are computed once, up front (it does not change).
+    The teacher's outputs are computed once, up front (it does not change), unless given
+    as ``targets`` (a caller training epoch by epoch computes them once for all).
     """
     torch = require("torch", "training a PyTorch model")
-    targets = predict(teacher, inputs) if teacher is not None and loss != "ce" else None
+    if targets is None and teacher is not None and loss != "ce":
+        targets = predict(teacher, inputs)
     label_tensor = torch.from_numpy(labels.astype(np.int64)) if labels is not None else None
     optimizer = optimizer or torch.optim.Adam(student.parameters(), lr=lr)
     rng = np.random.default_rng(seed)

@@ -162,6 +162,7 @@ def distill(
     inputs, held_out = list(train.values()), list(valid.values())
     teacher.eval()
     target = predict(teacher, held_out)
+    train_targets = predict(teacher, inputs)  # once: the teacher does not change
     state = _resume(student, settings.checkpoint_dir)
     optimizer = torch.optim.Adam(student.parameters(), lr=settings.lr)
     if state:
@@ -191,6 +192,7 @@ def distill(
                 temperature=settings.temperature,
                 seed=settings.seed + epoch,
                 optimizer=optimizer,
+                targets=train_targets,
             )
             value = score(metric, predict(student, held_out), target)
             history.append(value)

@@ -24,6 +24,8 @@ Every error servinglib raises on purpose derives from :class:`ServinglibError`, 
     ├── CombineError              an ensemble's answers cannot be combined (compose.combiners)
     ├── ProfileError              a drift profile cannot be built or read (monitoring.drift)
     ├── BatchAbortedError         a batch-predict job stopped (batch)
+    ├── StoreError                a URL repository's store cannot be listed or read
+    │                             (lifecycle.store)
     └── OptimizeError             servinglib optimize cannot go on (optimize.errors)
         └── ExportVerificationError   the exported graph does not answer as the model does
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.compose.spec import Composition
+from servinglib.config.storage import ModelCacheConfig, ModelSyncConfig
 from servinglib.model import TensorSpec
 
 __all__ = [
@@ -154,6 +155,8 @@ class ModelConfig:
     optimize_budgets: Mapping[str, Any] | None = None
     composition: Composition | None = None
     key_path: str = ""
+    repository_url: str | None = None  # a store URL; ``repository`` is then its local cache
+    model_sync: ModelSyncConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ class ServiceConfig:
     shadow_executor: ShadowExecutorConfig = field(default_factory=ShadowExecutorConfig)
     prediction_log: PredictionLogConfig | None = None
     admin: AdminConfig = field(default_factory=AdminConfig)
+    model_cache: ModelCacheConfig = field(
+        default_factory=lambda: ModelCacheConfig(Path.home() / ".cache/servinglib/models")
+    )
 
     @property
     def root(self) -> Path:

@@ -1,6 +1,6 @@
 """``servinglib optimize``: thin command-line wrappers over the optimize library.
 
-Sub-commands, each usable alone::
+Sub-commands, each usable alone (and ``prune``, ``distill``, ``edge``: see their --help)::
 
     servinglib optimize export   MODULE:FACTORY|model.pt --sample sample.npz --out model.onnx
     servinglib optimize graph    model.onnx --level basic --out model.basic.onnx
@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ServinglibError
+from servinglib.optimize._cli_compress import COMMANDS, add_compress_parsers, run_compress
 from servinglib.optimize._cli_output import print_outcome
+from servinglib.optimize._cli_prune import dynamic_axes
 from servinglib.optimize._cli_types import (
     add_quantize_options,
     int_at_least,
@@ -213,6 +215,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="least time each model spends in one throughput round (default: %(default)s)",
     )
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_compress_parsers(steps)
     return parser
 
 
@@ -227,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
                 return _graph(args)
             if command == "quantize":
                 return _quantize(args)
+            if command in COMMANDS:
+                return run_compress(args)
             return _run(args)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -266,12 +271,7 @@ def _export(args: argparse.Namespace) -> int:
     missing = [n for n in input_names if n not in arrays]
     if missing:
         raise OptimizeError(f"{args.sample} has no arrays {missing}; it has {list(arrays)}")
-    axes: dict[str, dict[int, str]] = {}
-    for spec in args.dynamic_axis:
-        name, axis, label = [*spec.split(":"), "", ""][:3]
-        if not (name and axis.isdigit() and label):
-            raise OptimizeError(f"--dynamic-axis {spec!r}: use NAME:AXIS:LABEL, e.g. ids:1:seq")
-        axes.setdefault(name, {})[int(axis)] = label
+    axes = dynamic_axes(args.dynamic_axis)
     module = load_module(args.model, weights=args.weights)
     result = export_module(
         module,

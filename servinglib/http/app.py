@@ -10,12 +10,11 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from servinglib.config.spec import ServerConfig
 from servinglib.describe.openapi import openapi_document
 from servinglib.errors import public_reason
-from servinglib.http._context import install_request_context
 from servinglib.http._exchange import Endpoints
 from servinglib.http._payload import check_transfer_coding
 from servinglib.http.asgi import AsgiFrontEnd
 from servinglib.http.drift import drift_blueprint
-from servinglib.http.errors import register_error_handlers
+from servinglib.http.flask_glue import install_request_context, register_error_handlers
 from servinglib.http.v2 import v2_blueprint
 from servinglib.http.wsgi import WsgiFrontEnd
 from servinglib.monitoring.metrics import ServingMetrics

@@ -12,7 +12,7 @@ from servinglib.describe.triton_config import (
     triton_model_config,
 )
 from servinglib.errors import InvalidInputError, public_reason
-from servinglib.http._payload import json_body, request_bytes
+from servinglib.http.flask_glue import json_body, request_bytes
 from servinglib.serving.service import InferenceService
 from servinglib.wire.batch_rows import splits_rows
 

@@ -14,23 +14,27 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from servinglib.errors import (
-    DeadlineExceededError,
-    InvalidInputError,
     ModelNotFoundError,
-    ModelNotReadyError,
     OverloadedError,
     PredictionError,
 )
-from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
+from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.model import CallScope
 from servinglib.serving import loop_calls
+from servinglib.serving.admitted import AdmittedCall as _Call
 from servinglib.serving.batching import BatchListener, DynamicBatcher
-from servinglib.serving.lanes import Lane, RejectionListener
+from servinglib.serving.lanes import Lane
+from servinglib.serving.requests import (
+    DriftObserver,
+    InferenceRequest,
+    Prediction,
+    PredictionRecorder,
+    ServiceListener,
+    ShadowSubmitter,
+)
 from servinglib.wire.batch_rows import split_rows, splits_rows, stack_rows
 
 __all__ = [
@@ -45,99 +49,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("servinglib.serving.service")
-
-
-@dataclass(frozen=True, slots=True)
-class InferenceRequest:
-    """One decoded request, whatever protocol carried it.
-
-    Attributes:
-        model: the model name.
-        inputs: LyftLearn-style features (checked against ``input_schema``), or, with
-            ``tensors``, Open Inference tensors by input name (checked against the inputs
-            the version declares).
-        version: an explicit version; None lets the traffic split or the default decide.
-        tensors: whether ``inputs`` are decoded tensors.
-        request_id: echoed in logs, the prediction log and shadow comparisons.
-        routing_key: the routing header's value (a configured routing feature wins).
-        timeout_ms: the caller's time budget (Envoy's expected timeout), if any.
-        priority: 0 is served first; None for the model's default.
-        inline: the caller is a thread that would only wait for the answer (a composed
-            model's step): a shared unbatched model runs on it instead of on the model's
-            own executor, saving two thread hand-offs.
-        observed: False for the calls a version makes while it loads (a composed model's
-            self-tests and warm-up): answered as usual, but neither monitored for drift,
-            written to the prediction log nor copied to shadows.
-        waited_s: how long the request already waited for a server thread; it counts
-            against the deadline.
-    """
-
-    model: str
-    inputs: Any
-    version: str | None = None
-    tensors: bool = False
-    request_id: str = ""
-    routing_key: str | None = None
-    timeout_ms: float | None = None
-    priority: int | None = None
-    inline: bool = False
-    observed: bool = True
-    waited_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What a model answered, which version answered it, and how long it took."""
-
-    model: str
-    version: str
-    output: Any
-    latency_s: float = 0.0
-
-
-class ServiceListener(RejectionListener, Protocol):
-    """Told about rejected inputs; the metrics layer implements it."""
-
-
-class PredictionRecorder(Protocol):
-    """The prediction log, as the service sees it."""
-
-    def sampled(self) -> bool:
-        """Whether this request is logged."""
-
-    def record_prediction(
-        self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
-    ) -> None:
-        """Queue one record (never blocks)."""
-
-
-class DriftObserver(Protocol):
-    """Drift monitoring, as the service sees it."""
-
-    def observe(
-        self, model: str, version: str, features: Any, output: Any, tensors: bool = False
-    ) -> None:
-        """Count one answered request's features and outputs (never raises).
-
-        ``tensors``: ``features`` are Open Inference tensors by name.
-        """
-
-
-class ShadowSubmitter(Protocol):
-    """The shadow router, as the service sees it."""
-
-    enabled: bool
-
-    def submit(
-        self,
-        model: str,
-        primary: str,
-        features: Any,
-        output: Any,
-        request_id: str,
-        log_answer: bool = True,
-    ) -> None:
-        """Copy an answered request to the model's shadows (never blocks)."""
 
 
 class InferenceService:
@@ -433,56 +344,3 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
             followup()
         except Exception:
             log.exception("work deferred until after the response failed")
-
-
-class _Call:
-    """One admitted request on its way through the model: where, until when, since when."""
-
-    __slots__ = ("_clock", "deadline", "lane", "ready", "started")
-
-    def __init__(
-        self, lane: Lane, ready: ReadyVersion, deadline: float, clock: Callable[[], float]
-    ) -> None:
-        self.lane = lane
-        self.ready = ready
-        self.deadline = deadline
-        self.started = time.perf_counter()
-        self._clock = clock
-
-    def scope(
-        self, request: InferenceRequest, followups: list[Callable[[], None]] | None
-    ) -> CallScope:
-        """What the calls a composed model makes for ``request`` inherit from it."""
-        return CallScope(
-            self.deadline, request.request_id, request.priority, request.routing_key, followups
-        )
-
-    def remaining(self) -> float:
-        """Seconds left until the deadline."""
-        return max(0.0, self.deadline - self._clock())
-
-    def check_deadline(self) -> None:
-        """Refuse to start a model call once the deadline has passed."""
-        if self._clock() >= self.deadline:
-            raise DeadlineExceededError("the request deadline passed before the model ran")
-
-    def late(self) -> DeadlineExceededError:
-        """The error of an answer that came (or would come) after the deadline."""
-        return DeadlineExceededError(
-            f"model {self.ready.model!r} did not answer within the request deadline"
-        )
-
-    @contextmanager
-    def model_errors(self) -> Iterator[None]:
-        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
-        try:
-            yield
-        except InvalidInputError as e:
-            self.lane.rejected(e.field or "features", self.ready)
-            raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError, ModelNotReadyError, PredictionError):
-            raise  # the executor refused or gave up (503 / 504), or a member failed (logged)
-        except Exception as e:
-            raise PredictionError.logged(
-                self.ready.model, self.ready.version, "raised while predicting", e
-            ) from e

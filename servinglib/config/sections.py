@@ -56,6 +56,7 @@ class ServerConfig:
     deadline_margin_ms: int = 50
     compress_min_bytes: int = 65536
     grpc_port: int = 0  # 0: no gRPC listener (servinglib.grpc_front)
+    status_page: bool = True  # GET /status and /status.json on the public port
 
 
 @dataclass(frozen=True)

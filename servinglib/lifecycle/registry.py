@@ -50,6 +50,7 @@ from servinglib.lifecycle.versions import (
     VersionState,
 )
 from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
+from servinglib.serving.isolation import BatchAnswerError, one_per_input
 
 __all__ = [
     "NAME_PATTERN",
@@ -368,11 +369,12 @@ class ModelRegistry:
         """Exercise the batch path with the self-test inputs; it must agree with predict()."""
         if not cases:
             return
-        outputs = instance.predict_batch([instance.prepare(case.input) for case in cases])
-        if len(outputs) != len(cases):
-            raise _LoadFailedError(
-                f"predict_batch returned {len(outputs)} results for {len(cases)} inputs"
+        try:
+            outputs = one_per_input(
+                instance.predict_batch([instance.prepare(case.input) for case in cases]), cases
             )
+        except BatchAnswerError as e:
+            raise _LoadFailedError(str(e)) from None
         for case, output in zip(cases, outputs, strict=True):
             problems = compare_outputs(case.expected, output, case.tolerance)
             if problems:

@@ -36,10 +36,10 @@ from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.serving.batching import BatchListener
+from servinglib.serving.recording import AnswerRecorder
 from servinglib.serving.service import (
     DriftObserver,
     InferenceService,
-    PredictionRecorder,
     ServiceListener,
     ShadowSubmitter,
 )
@@ -102,7 +102,7 @@ class _Listener(ServiceListener, LifecycleListener, StepListener, BatchListener,
 class Observers:
     """A worker's observers of its service, built once its registry exists."""
 
-    recorder: PredictionRecorder | None = None
+    recorder: AnswerRecorder | None = None
     shadows: ShadowSubmitter | None = None
     drift: DriftObserver | None = None
 
@@ -199,7 +199,7 @@ def build_worker(
     Example::
 
         worker = build_worker(load_config("servinglib.yaml"))
-        worker.service.registry.is_ready()
+        worker.service.is_ready()
         worker.close()
     """
     metrics = ServingMetrics()

@@ -11,7 +11,6 @@ __all__ = [
     "DriftObserver",
     "InferenceRequest",
     "Prediction",
-    "PredictionRecorder",
     "ServiceListener",
     "ShadowSubmitter",
 ]
@@ -69,18 +68,6 @@ class ServiceListener(RejectionListener, Protocol):
     """Told about rejected inputs; the metrics layer implements it."""
 
 
-class PredictionRecorder(Protocol):
-    """The prediction log, as the service sees it."""
-
-    def sampled(self) -> bool:
-        """Whether this request is logged."""
-
-    def record_prediction(
-        self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
-    ) -> None:
-        """Queue one record (never blocks)."""
-
-
 class DriftObserver(Protocol):
     """Drift monitoring, as the service sees it."""
 
@@ -91,6 +78,9 @@ class DriftObserver(Protocol):
 
         ``tensors``: ``features`` are Open Inference tensors by name.
         """
+
+    def report(self, model: str, version: str) -> dict[str, Any] | None:
+        """Drift scores of the version across workers (None: it has no profile)."""
 
 
 class ShadowSubmitter(Protocol):

@@ -22,16 +22,17 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.lifecycle.registry import ModelRegistry
-from servinglib.model import CallScope
+from servinglib.model import CallScope, LoopModel
 from servinglib.serving import loop_calls
 from servinglib.serving.admitted import AdmittedCall as _Call
 from servinglib.serving.batching import BatchListener, DynamicBatcher
+from servinglib.serving.catalog import VersionCatalog
 from servinglib.serving.lanes import Lane
+from servinglib.serving.recording import AnswerRecorder
 from servinglib.serving.requests import (
     DriftObserver,
     InferenceRequest,
     Prediction,
-    PredictionRecorder,
     ServiceListener,
     ShadowSubmitter,
 )
@@ -42,7 +43,6 @@ __all__ = [
     "InferenceRequest",
     "InferenceService",
     "Prediction",
-    "PredictionRecorder",
     "ServiceListener",
     "ShadowSubmitter",
     "run_followups",
@@ -64,14 +64,15 @@ class InferenceService:
         self,
         registry: ModelRegistry,
         listener: ServiceListener | None = None,
-        recorder: PredictionRecorder | None = None,
+        recorder: AnswerRecorder | None = None,
         shadows: ShadowSubmitter | None = None,
         batch_listener: BatchListener | None = None,
         clock: Callable[[], float] = time.monotonic,
         drift: DriftObserver | None = None,
     ) -> None:
-        self.registry = registry
-        self.drift = drift
+        self._registry = registry
+        self.catalog = VersionCatalog(registry)  # what the front ends may read
+        self._drift = drift
         self._listener = listener
         self._clock = clock
         self._recorder = recorder
@@ -132,7 +133,7 @@ class InferenceService:
         threads) and the loop awaits the answer until the deadline; a shared unbatched
         model runs on the loop itself while its calls stay quicker than a thread hop
         (:meth:`Lane.quick`); a composed model awaits its steps on the loop
-        (``predict_async``). Same errors as :meth:`infer`.
+        (a :class:`~servinglib.model.LoopModel`). Same errors as :meth:`infer`.
         """
         rows = self._rows(request)
         if rows is not None:
@@ -140,11 +141,14 @@ class InferenceService:
             return self._stacked(request, list(answers))
         call = self._admit(request)
         with call.model_errors():
-            composed = getattr(call.ready.instance, "predict_async", None)
-            if composed is not None:
+            instance = call.ready.instance
+            if isinstance(instance, LoopModel):
                 call.check_deadline()
                 scope = call.scope(request, after_response)
-                done, value = False, asyncio.ensure_future(composed(request.inputs, scope))
+                done, value = (
+                    False,
+                    asyncio.ensure_future(instance.predict_async(request.inputs, scope)),
+                )
             else:
                 done, value = self._start(call, request, blocking=False, followups=after_response)
             if not done:
@@ -163,7 +167,7 @@ class InferenceService:
             OverloadedError, ModelNotReadyError: the version cannot take it now.
         """
         lane = self.lane(model)
-        call = _Call(lane, self.registry.get(model, version), 0.0, self._clock)
+        call = _Call(lane, self._registry.get(model, version), 0.0, self._clock)
         call.deadline = self._clock() + timeout_s
         executor = lane.executor(call.ready)
         future = executor.submit(
@@ -189,7 +193,7 @@ class InferenceService:
         policy = self.lane(request.model).config.batching
         if policy is None:
             return None
-        specs = self.registry.get(request.model, request.version).instance.inputs
+        specs = self._registry.get(request.model, request.version).instance.inputs
         if not splits_rows(specs, policy):
             return None
         rows = split_rows(request.inputs, specs, policy.max_batch_size)
@@ -289,11 +293,11 @@ class InferenceService:
         if not request.observed:
             return Prediction(ready.model, ready.version, output, elapsed)
         features = request.inputs
-        if self.drift is not None:
-            self.drift.observe(ready.model, ready.version, features, output, request.tensors)
+        if self._drift is not None:
+            self._drift.observe(ready.model, ready.version, features, output, request.tensors)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
-            self._recorder.record_prediction(
+            self._recorder.record_answer(
                 request.request_id, ready.model, ready.version, features, output, elapsed
             )
         if self._shadows is not None:
@@ -312,9 +316,18 @@ class InferenceService:
                 after_response.append(copy)
         return Prediction(ready.model, ready.version, output, elapsed)
 
+    def drift_report(self, model: str, version: str) -> dict[str, Any] | None:
+        """The version's drift scores across workers (None: no profile, or no monitor).
+
+        Raises:
+            ModelNotFoundError, VersionNotFoundError: no such model or version.
+        """
+        self._registry.record(model, version)
+        return None if self._drift is None else self._drift.report(model, version)
+
     def is_ready(self) -> bool:
         """Every default version is READY and has a working thread."""
-        return self.registry.is_ready() and not self.wedged()
+        return self._registry.is_ready() and not self.wedged()
 
     def wedged(self) -> list[tuple[str, str]]:
         """``(model, version)`` of every version whose threads are all stuck in a call."""

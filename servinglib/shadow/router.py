@@ -28,6 +28,7 @@ from servinglib.errors import (
     ServinglibError,
 )
 from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.serving.recording import AnswerRecorder
 from servinglib.shadow.budget import CpuBudget
 from servinglib.shadow.comparators import Comparator, Comparison, make_comparator
 from servinglib.shadow.process import ShadowProcess
@@ -64,22 +65,6 @@ class ShadowListener(Protocol):
         self, model: str, primary: str, shadow: str, comparison: Comparison
     ) -> None:
         """A shadow answer was compared with the primary's."""
-
-
-class ShadowRecorder(Protocol):
-    """Receives shadow answers for the prediction log."""
-
-    def record_shadow(
-        self,
-        request_id: str,
-        model: str,
-        shadow: str,
-        primary: str,
-        features: Any,
-        output: Any,
-        seconds: float,
-    ) -> None:
-        """Log one shadow answer."""
 
 
 WARNING_INTERVAL_S = 60.0  # at most one warning per shadow and outcome this often
@@ -140,7 +125,7 @@ class ShadowRouter:
         self,
         registry: ModelRegistry,
         listener: ShadowListener | None = None,
-        recorder: ShadowRecorder | None = None,
+        recorder: AnswerRecorder | None = None,
         executor: ShadowExecutorConfig | None = None,
         rng: Callable[[], float] = random.random,
     ) -> None:
@@ -264,8 +249,8 @@ class ShadowRouter:
             if self._listener:
                 self._listener.shadow_compared(model, primary, version, comparison)
             if self._recorder and log_answer:  # logged with its primary, under its sampling
-                self._recorder.record_shadow(
-                    request_id, model, version, primary, features, answer, elapsed
+                self._recorder.record_answer(
+                    request_id, model, version, features, answer, elapsed, shadow_of=primary
                 )
         except DeadlineExceededError:
             outcome = "timeout"

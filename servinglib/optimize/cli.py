@@ -35,6 +35,12 @@ from servinglib.optimize._cli_types import (
     non_negative,
 )
 from servinglib.optimize._signals import Terminated, terminate_cleanly
+from servinglib.optimize._tabular_cli import (
+    add_measure_options,
+    add_tabular_options,
+    export_tabular_command,
+    is_tabular,
+)
 
 __all__ = ["add_parser", "main", "run"]
 
@@ -58,17 +64,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     steps = parser.add_subparsers(dest="optimize_command", required=True)
 
-    export = steps.add_parser("export", help="PyTorch module or TorchScript file → ONNX")
+    export = steps.add_parser(
+        "export",
+        help="PyTorch module, TorchScript file or sklearn/xgboost/lightgbm version → ONNX",
+    )
     export.add_argument(
         "model",
-        help="module:factory or path/file.py:factory returning the module, or a TorchScript .pt",
+        help="module:factory or path/file.py:factory returning the module, a TorchScript .pt, "
+        "or a version directory of runtime: sklearn|xgboost|lightgbm",
     )
     export.add_argument("--weights", type=Path, help="state_dict file to load into the module")
     export.add_argument(
         "--sample",
         type=Path,
-        required=True,
-        help=".npz of sample inputs, one array per input (axis 0 = batch)",
+        help=".npz of sample inputs, one array per input (axis 0 = batch); for a tabular "
+        "version, rows (default: its test_data.json)",
     )
     export.add_argument(
         "--input-names", type=names, help="input order and names (default: the .npz order)"
@@ -92,6 +102,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="accept a trace whose exporter warnings say a branch was fixed at trace time",
     )
     export.add_argument("--out", type=Path, required=True, help="the ONNX file to write")
+    add_tabular_options(export)
 
     graph = steps.add_parser("graph", help="ONNX Runtime offline graph optimization")
     graph.add_argument("source", type=Path, help="the ONNX model")
@@ -187,33 +198,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=8,
         help="mixed batch size (default: 8)",
     )
-    run_parser.add_argument(
-        "--threads",
-        type=int_at_least(1),
-        default=1,
-        help="intra-op threads when measuring (default: 1)",
-    )
-    run_parser.add_argument(
-        "--warmup", type=int_at_least(0), default=20, help="warm-up runs (default: 20)"
-    )
-    run_parser.add_argument(
-        "--iterations", type=int_at_least(1), default=100, help="runs per round (default: 100)"
-    )
-    run_parser.add_argument(
-        "--repeats", type=int_at_least(1), default=5, help="rounds (default: 5)"
-    )
-    run_parser.add_argument(
-        "--batch-size",
-        type=int_at_least(1),
-        default=32,
-        help="throughput batch size (default: 32)",
-    )
-    run_parser.add_argument(
-        "--min-round-s",
-        type=non_negative,
-        default=0.2,
-        help="least time each model spends in one throughput round (default: %(default)s)",
-    )
+    add_measure_options(run_parser)
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_compress_parsers(steps)
     return parser
@@ -263,6 +248,10 @@ def _export(args: argparse.Namespace) -> int:
     from servinglib.optimize.errors import OptimizeError
     from servinglib.optimize.export import export_module, load_module
 
+    if is_tabular(args):
+        return export_tabular_command(args)
+    if args.sample is None:
+        raise OptimizeError("--sample is required to export a PyTorch model: an .npz of inputs")
     if args.sample.suffix != ".npz" or not args.sample.is_file():
         raise OptimizeError(f"--sample {args.sample}: expected an existing .npz of inputs")
     with np.load(args.sample, allow_pickle=False) as archive:

@@ -45,9 +45,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def start_servinglib(
-    config: Path, workdir: Path, workers: int = 2, threads: int = 8, source: Path | None = None
+    config: Path,
+    workdir: Path,
+    workers: int = 2,
+    threads: int = 8,
+    source: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Server:
-    """``servinglib serve`` on a free port; ``source``: another source tree to run instead."""
+    """``servinglib serve`` on a free port; ``source``: another source tree to run instead
+    (or a directory to put first on the path); ``env``: more environment variables."""
     port = free_port()
     command = [
         str(BIN / "servinglib"),
@@ -61,8 +67,10 @@ def start_servinglib(
         "--threads",
         str(threads),
     ]
-    env = _env() if source is None else _env(PYTHONPATH=str(source))
-    return Server(command, port, "/readyz", workdir, env)
+    extra = dict(env or {})
+    if source is not None:
+        extra["PYTHONPATH"] = str(source)
+    return Server(command, port, "/readyz", workdir, _env(**extra))
 
 
 def scenario_trivial(

@@ -24,6 +24,8 @@ Every error servinglib raises on purpose derives from :class:`ServinglibError`, 
     ├── CombineError              an ensemble's answers cannot be combined (compose.combiners)
     ├── ProfileError              a drift profile cannot be built or read (monitoring.drift)
     ├── BatchAbortedError         a batch-predict job stopped (batch)
+    ├── StoreError                a URL repository's store cannot be listed or read
+    │                             (lifecycle.store)
     └── OptimizeError             servinglib optimize cannot go on (optimize.errors)
         └── ExportVerificationError   the exported graph does not answer as the model does
 
@@ -155,15 +157,24 @@ class PredictionError(ServinglibError):
         )
 
     @classmethod
-    def logged(cls, model: str, version: str, what: str, cause: BaseException) -> PredictionError:
+    def logged(
+        cls, model: str, version: str, what: str, cause: BaseException, trace_id: str = ""
+    ) -> PredictionError:
         """Log ``cause`` with a new error id and return the error that names the id.
 
         ``what`` completes "model M version V ..." in the log line, e.g. "raised while
-        predicting". The client sees only the id; the traceback stays in the log.
+        predicting". The client sees only the id; the traceback stays in the log, with the
+        request's ``trace_id`` when it is traced.
         """
         error_id = uuid.uuid4().hex[:12]
         logging.getLogger("servinglib.serving.service").error(
-            "model %r version %r %s (error id %s)", model, version, what, error_id, exc_info=cause
+            "model %r version %r %s (error id %s)",
+            model,
+            version,
+            what,
+            error_id,
+            exc_info=cause,
+            extra={"trace_id": trace_id} if trace_id else None,
         )
         return cls(model, version, error_id)
 

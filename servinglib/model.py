@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servinglib.errors import InvalidInputError
+from servinglib.model_metrics import NO_METRICS, ModelMetrics
 
 __all__ = [
     "CALL_SCOPE",
@@ -84,7 +85,8 @@ class CallScope:
     ``predict_async``), and every step request takes its deadline, request id (with the
     step's name appended), priority and routing key from it. ``followups`` is the parent's
     deferred work: a step's shadow copies join it, so they start only once the client has
-    the parent's answer.
+    the parent's answer. ``trace``: the parent's OpenTelemetry context (None when tracing
+    is off), under which each step's span goes (see :mod:`servinglib.serving.tracing`).
     """
 
     deadline: float | None = None
@@ -92,6 +94,7 @@ class CallScope:
     priority: int | None = None
     routing_key: str | None = None
     followups: list[Callable[[], None]] | None = None
+    trace: Any = None
 
 
 # The scope of the request being answered on this thread (None outside a model call).
@@ -154,6 +157,8 @@ class ModelSettings:
         outputs: tensor outputs declared in servinglib.yaml.
         caller: calls other models (set for every model; composed models use it).
         composition: the ``pipeline:``/``ensemble:`` spec of a composed model.
+        metrics: creates the version's own metrics (:attr:`Model.metrics`); None outside
+            the server.
     """
 
     name: str
@@ -164,6 +169,7 @@ class ModelSettings:
     outputs: tuple[TensorSpec, ...] = ()
     caller: ModelCaller | None = None
     composition: Any = None
+    metrics: ModelMetrics | None = None
 
 
 class Model(ABC):
@@ -189,6 +195,13 @@ class Model(ABC):
     inputs: Sequence[TensorSpec] = ()
     outputs: Sequence[TensorSpec] = ()
     settings: ModelSettings = ModelSettings(name="unnamed", version="0")
+
+    @property
+    def metrics(self) -> ModelMetrics:
+        """This version's own metrics: ``self.metrics.counter(name, help)``, ``gauge``,
+        ``histogram``, created in :meth:`load`, labelled with model and version, summed over
+        the server's workers on ``/metrics`` (see :mod:`servinglib.model_metrics`)."""
+        return self.settings.metrics or NO_METRICS
 
     def configure(self, settings: ModelSettings) -> None:
         """Receive settings before :meth:`load`; declared tensors become metadata."""

@@ -17,6 +17,7 @@ import requests
 from flask.testing import FlaskClient
 
 from servinglib.serve.app import create_app_from_config
+from tests.object_store import s3_store  # noqa: F401 (the session's S3 API, a fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVICE_CONFIG = FIXTURES / "service" / "servinglib.yaml"
@@ -205,3 +206,13 @@ def fixture_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSer
     server = launch(SERVICE_CONFIG, tmp_path_factory.mktemp("server"), "--workers", "2")
     yield server
     stop(server.process)
+
+
+@pytest.fixture(scope="session")
+def otlp_receiver() -> Iterator[Any]:
+    """A real OTLP/HTTP trace receiver on a free port, for the whole test run."""
+    from tests.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()

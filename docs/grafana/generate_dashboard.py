@@ -96,6 +96,8 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     }
     if panel.transformations:
         out["transformations"] = [dict(t) for t in panel.transformations]
+    if panel.repeat:
+        out.update(repeat=panel.repeat, repeatDirection="h", maxPerRow=2)
     return out
 
 
@@ -132,6 +134,9 @@ def _layout(sections: Sequence[Section]) -> list[dict[str, Any]]:
 def _variables() -> list[dict[str, Any]]:
     models = f"label_values({name('requests')}, model)"
     outputs = f"label_values({DRIFT_GAUGES[3][0]}{{{MODEL_SELECTOR}}}, output)"
+    # what model code counts (Model.metrics): the series with a model label servinglib's
+    # own names do not start
+    model_metrics = f'label_values({{{MODEL_SELECTOR}, __name__!~"servinglib_.*"}}, __name__)'
     return [
         {
             "name": "datasource",
@@ -178,6 +183,27 @@ def _variables() -> list[dict[str, Any]]:
             "options": [],
             "refresh": 2,
             "regex": "",
+            "sort": 1,
+        },
+        {
+            "name": "model_metric",
+            "label": "Model metric",
+            "description": "Metrics of the model code (Model.metrics): counters and "
+            "histogram counts, each shown in its own panel of 'Model metrics'.",
+            "type": "query",
+            "datasource": _DATASOURCE,
+            "definition": model_metrics,
+            "query": {
+                "query": model_metrics,
+                "refId": "PrometheusVariableQueryEditor-VariableQuery",
+            },
+            "current": {},
+            "hide": 0,
+            "includeAll": True,
+            "multi": True,
+            "options": [],
+            "refresh": 2,
+            "regex": "/.*_(total|count)$/",
             "sort": 1,
         },
     ]

@@ -100,6 +100,7 @@ class Panel:
     field_config: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
     transformations: tuple[Mapping[str, Any], ...] = ()
+    repeat: str = ""  # a dashboard variable: one copy of the panel per selected value
 
     def description(self) -> str:
         """The summary, then the declared description of every metric shown."""
@@ -607,6 +608,28 @@ def sections() -> tuple[Section, ...]:
                         ),
                     ),
                     unit="short",
+                ),
+            ),
+        ),
+        Section(
+            "Model metrics",
+            (
+                Panel(
+                    "$model_metric",
+                    "A metric the model code counts itself (Model.metrics), per second, by "
+                    "model and version: one panel per metric chosen in 'Model metric' "
+                    "(counters and histogram counts).",
+                    (),
+                    (
+                        Query(
+                            'sum by (model, version) (rate({__name__=~"$model_metric", '
+                            f"{MODEL_SELECTOR}}}[$__rate_interval]))",
+                            "{{model}} v{{version}}",
+                        ),
+                    ),
+                    unit="ops",
+                    width=24,
+                    repeat="model_metric",
                 ),
             ),
         ),

@@ -3,7 +3,8 @@
 The ``onnx`` and ``torch`` starters are the same tiny linear model,
 ``y = x @ [[0.5], [0.25]] + 1.0`` on inputs of shape ``[batch, 2]``, whose weights are exact
 in float32 so the self-tests of ``test_data.json`` match to the last bit. The ``python``
-starter's ``weights.json`` is a template file.
+starter's ``weights.json`` is a template file. The tabular starters are in
+:mod:`servinglib_generator.tabular_artifacts`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from servinglib_generator.errors import ArtifactError
 from servinglib_generator.runtimes import Runtime
+from servinglib_generator.tabular_artifacts import TABULAR_ARTIFACTS, build_tabular_model
 
 __all__ = ["BIAS", "WEIGHTS", "build_artifact", "build_onnx_model", "build_torch_model"]
 
@@ -33,6 +35,8 @@ def build_artifact(runtime: Runtime, version_dir: Path) -> Path | None:
         return build_onnx_model(version_dir / "model.onnx")
     if runtime == "torch":
         return build_torch_model(version_dir / "model.pt2")
+    if runtime in TABULAR_ARTIFACTS:
+        return build_tabular_model(runtime, version_dir)
     return None
 
 

@@ -149,11 +149,12 @@ _MODEL = Prompt(
 )
 _RUNTIME = Prompt(
     "runtime",
-    "Runtime: python (your Model class), onnx (model.onnx) or torch (model.pt2)",
+    "Runtime: python (your Model class), onnx (model.onnx), torch (model.pt2), sklearn "
+    "(model.skops), xgboost (model.json) or lightgbm (model.txt)",
     _parse_runtime,
     _constant("python"),
     "`python`",
-    "`python`, `onnx` or `torch`",
+    "`python`, `onnx`, `torch`, `sklearn`, `xgboost` or `lightgbm`",
 )
 
 SERVICE_PROMPTS: tuple[Prompt, ...] = (

@@ -2,7 +2,8 @@
 
 ``python`` is a :class:`servinglib.Model` subclass in ``models/<model>/model.py``; ``onnx``
 and ``torch`` serve a standard artifact (``model.onnx``, ``torch.export``'s ``model.pt2``) with no
-Python of the team's own.
+Python of the team's own; so do ``sklearn`` (``model.skops``), ``xgboost`` (``model.json``) and
+``lightgbm`` (``model.txt``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Literal
 
 __all__ = ["RUNTIMES", "RUNTIME_REQUIREMENTS", "TORCH_REQUIREMENT", "Runtime"]
 
-Runtime = Literal["python", "onnx", "torch"]
-RUNTIMES: tuple[Runtime, ...] = ("python", "onnx", "torch")
+Runtime = Literal["python", "onnx", "torch", "sklearn", "xgboost", "lightgbm"]
+RUNTIMES: tuple[Runtime, ...] = ("python", "onnx", "torch", "sklearn", "xgboost", "lightgbm")
 
 # The CPU build, pinned exactly: a bare `torch` would pull a multi-GB CUDA build. CI and the
 # Dockerfile of a generated repository with a torch model add PyTorch's CPU index so pip
@@ -25,4 +26,11 @@ RUNTIME_REQUIREMENTS: dict[Runtime, tuple[tuple[str, str], ...]] = {
     "python": (),
     "onnx": (("onnxruntime", "onnxruntime>=1.17"),),
     "torch": (("torch", TORCH_REQUIREMENT),),
+    "sklearn": (
+        ("scikit-learn", "scikit-learn>=1.4"),
+        ("skops", "skops>=0.10"),
+        ("pandas", "pandas>=2.0"),
+    ),
+    "xgboost": (("xgboost", "xgboost>=2.0"),),
+    "lightgbm": (("lightgbm", "lightgbm>=4.0"),),
 }

@@ -35,6 +35,7 @@ from servinglib.errors import (
 )
 from servinglib.lifecycle.importing import import_object
 from servinglib.model import CallScope
+from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService
 
 __all__ = ["LaneCaller", "StepListener"]
@@ -93,8 +94,9 @@ class LaneCaller:
             DeadlineExceededError: the remaining budget cannot cover the step's usual duration.
             ServinglibError: whatever the member's lane raised.
         """
-        request = self._request(model, version, inputs, owner, parent)
-        with self._timed(owner):
+        span = _step_span(owner, parent)
+        request = self._request(model, version, inputs, owner, parent, span)
+        with self._timed(owner, span):
             return self._bound().infer(request, _followups(parent)).output
 
     async def call_async(
@@ -107,8 +109,9 @@ class LaneCaller:
         parent: CallScope | None,
     ) -> Any:
         """:meth:`call` on an event loop: the step's lane is awaited, never waited for."""
-        request = self._request(model, version, inputs, owner, parent)
-        with self._timed(owner):
+        span = _step_span(owner, parent)
+        request = self._request(model, version, inputs, owner, parent, span)
+        with self._timed(owner, span):
             return (await self._bound().infer_async(request, _followups(parent))).output
 
     def _bound(self) -> InferenceService:
@@ -123,9 +126,11 @@ class LaneCaller:
         inputs: Any,
         owner: tuple[str, str, str],
         parent: CallScope | None,
+        span: Any = None,
     ) -> InferenceRequest:
         """The step's request: what remains of the deadline as its timeout, and the parent's
-        request id (``<id>.<step>``), priority and routing key."""
+        request id (``<id>.<step>``), priority, routing key and trace (under ``span``, the
+        step's own span, when it has one)."""
         timeout_ms = None
         deadline = None if parent is None else parent.deadline
         if deadline is not None:
@@ -152,6 +157,7 @@ class LaneCaller:
             priority=None if parent is None else parent.priority,
             inline=True,
             observed=self._serving(owner),
+            trace=_step_trace(parent, span),
         )
 
     def _serving(self, owner: tuple[str, str, str]) -> bool:
@@ -163,16 +169,22 @@ class LaneCaller:
         return view.ready
 
     @contextmanager
-    def _timed(self, owner: tuple[str, str, str]) -> Iterator[None]:
-        """Time one step call: its usual duration and the listener learn of it."""
+    def _timed(self, owner: tuple[str, str, str], span: Any = None) -> Iterator[None]:
+        """Time one step call: its usual duration and the listener learn of it (its span,
+        when it has one, ends with it)."""
         started, ok = self._clock(), False
         try:
             yield
             ok = True
         finally:
-            self._finished(owner, started, ok)
+            self._finished(owner, started, ok, span)
 
-    def _finished(self, owner: tuple[str, str, str], started: float, ok: bool) -> None:
+    def _finished(
+        self, owner: tuple[str, str, str], started: float, ok: bool, span: Any = None
+    ) -> None:
+        if span is not None:
+            span.set_attribute("servinglib.ok", ok)
+            span.end()
         seconds = self._clock() - started
         if ok:
             usual = self._usual_s.get(owner, seconds)
@@ -208,6 +220,24 @@ class LaneCaller:
         """Stop the step threads; a step still in a member's call is not waited for."""
         if self._pool is not None:
             self._pool.close()
+
+
+def _step_span(owner: tuple[str, str, str], parent: CallScope | None) -> Any:
+    """The span of one step, under the parent request's (None when that is not traced)."""
+    if parent is None or parent.trace is None or tracing.ACTIVE is None:
+        return None
+    return tracing.ACTIVE.start(
+        f"step {owner[2]}",
+        parent.trace,
+        {"servinglib.model": owner[0], "servinglib.version": owner[1], "servinglib.step": owner[2]},
+    )
+
+
+def _step_trace(parent: CallScope | None, span: Any) -> Any:
+    """The trace context the step's request carries: its span's, else its parent's."""
+    if parent is None or parent.trace is None or tracing.ACTIVE is None:
+        return None
+    return tracing.ACTIVE.in_context(span, parent.trace)
 
 
 def _followups(parent: CallScope | None) -> list[Callable[[], None]] | None:

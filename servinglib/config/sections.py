@@ -12,6 +12,7 @@ from typing import Any
 
 from servinglib.compose.spec import Composition
 from servinglib.config.rollout_policy import RolloutPolicy
+from servinglib.config.storage import ModelCacheConfig, ModelSyncConfig
 from servinglib.model import TensorSpec
 
 __all__ = [
@@ -156,6 +157,8 @@ class ModelConfig:
     composition: Composition | None = None
     rollout: RolloutPolicy | None = None
     key_path: str = ""
+    repository_url: str | None = None  # a store URL; ``repository`` is then its local cache
+    model_sync: ModelSyncConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,9 @@ class ServiceConfig:
     shadow_executor: ShadowExecutorConfig = field(default_factory=ShadowExecutorConfig)
     prediction_log: PredictionLogConfig | None = None
     admin: AdminConfig = field(default_factory=AdminConfig)
+    model_cache: ModelCacheConfig = field(
+        default_factory=lambda: ModelCacheConfig(Path.home() / ".cache/servinglib/models")
+    )
 
     @property
     def root(self) -> Path:

@@ -13,6 +13,7 @@ access log. The caller's deadline is the gRPC deadline (``grpc-timeout``) or Env
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from servinglib.grpc_front.tensors import decode_infer, encode_infer
 from servinglib.http._context import REQUEST_ID_HEADER, log_request, request_id_from
 from servinglib.http._payload import ENVOY_TIMEOUT_HEADER, envoy_timeout_ms, request_priority
 from servinglib.monitoring.metrics import ServingMetrics
+from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.v2 import InferRequest
 
@@ -79,10 +81,15 @@ class InferCalls:
         model = getattr(request, "model_name", "")
         label = model if model in self.service.models else "_unknown"
         outcome, status = "success", 200
+        span = trace = None
+        if tracing.ACTIVE is not None:  # gRPC metadata keys are lower case, as HTTP/2's
+            span, trace = tracing.ACTIVE.start_request(headers.get, INFER_PATH, PROTOCOL)
         try:
             if isinstance(request, Malformed):
                 raise InvalidInputError(request.reason)
             call, decoded = self._request(request, headers, remaining_s, answer.request_id)
+            if trace is not None:
+                call = dataclasses.replace(call, trace=trace)
             prediction = await self.service.infer_async(call, answer.followups)
             answer.version = prediction.version
             answer.response = _encoded(prediction, decoded)
@@ -95,15 +102,21 @@ class InferCalls:
             self._in_flight.dec()
         elapsed = time.perf_counter() - started
         self._metrics.observe_request(label, answer.version, PROTOCOL, outcome, elapsed)
+        name = "" if label == "_unknown" else label
+        trace_id = ""
+        if span is not None and tracing.ACTIVE is not None:
+            trace_id = tracing.ACTIVE.trace_id(trace)
+            tracing.ACTIVE.finish_request(span, status, name, answer.version, answer.request_id)
         log_request(
             answer.request_id,
             "POST",
             INFER_PATH,
             status,
             elapsed,
-            "" if label == "_unknown" else label,
+            name,
             answer.version,
             PROTOCOL,
+            trace_id,
         )
         return answer
 

@@ -13,12 +13,13 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from servinglib.compose.triton import COMBINER_SUFFIX
 from servinglib.describe.triton_config import (
     combiner_config_of,
     tensor_metadata,
     triton_model_config,
 )
-from servinglib.errors import InvalidInputError
+from servinglib.errors import InvalidInputError, ServinglibError
 from servinglib.grpc_front.proto import inference_pb2 as pb
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceService
@@ -133,14 +134,25 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         ModelNotFoundError, VersionNotFoundError: the request names neither.
     """
     catalog = service.catalog
-    names = [request.name] if request.name else catalog.model_names()
-    wanted: dict[tuple[str, str], None] = {}
-    for name in names:
+    # shown name -> the model counted: each model, and each ensemble's <ensemble>_combiner
+    # step, which runs once per request of the ensemble (perf_analyzer reads every step's)
+    shown = {name: name for name in catalog.model_names()}
+    shown.update(
+        (name + COMBINER_SUFFIX, name)
+        for name in catalog.model_names()
+        if _combined_ensemble(service, name + COMBINER_SUFFIX) is not None
+    )
+    if request.name:
+        counted = shown.get(request.name)
+        shown = {request.name: counted if counted is not None else request.name}
+    wanted: dict[tuple[str, str], tuple[str, str]] = {}
+    for display, name in shown.items():
         if request.version:
-            catalog.view(name, request.version)  # a 404 for an unknown version
-            wanted[(name, request.version)] = None
+            catalog.view(name, request.version)  # a 404 for an unknown model or version
+            wanted[(display, request.version)] = (name, request.version)
         else:
-            wanted.update(((name, v.version), None) for v in catalog.views(name))
+            wanted.update(((display, v.version), (name, v.version)) for v in catalog.views(name))
+    targets = set(wanted.values())
     counts: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for sample, labels, value in metrics.samples(
         "servinglib_requests",
@@ -149,7 +161,7 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         "servinglib_batch_size",
     ):
         key = (labels.get("model", ""), labels.get("version", ""))
-        if key not in wanted:
+        if key not in targets:
             continue
         if sample == "servinglib_requests_total":
             kind = "success" if labels.get("outcome") == "success" else "fail"
@@ -157,7 +169,7 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         elif sample.endswith(("_sum", "_count")) and not sample.endswith("_bucket"):
             counts[key][sample] += value
     response = pb.ModelStatisticsResponse()
-    for name, version in wanted:
+    for (display, version), (name, _) in wanted.items():
         c = counts[(name, version)]
         answered = c["success"] + c["fail"]
         seconds = c["servinglib_request_duration_seconds_sum"]
@@ -166,7 +178,7 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         batching = catalog.model_config(name).batching is not None
         success = int(c["success"])
         stats = response.model_stats.add(
-            name=name,
+            name=display,
             version=version,
             inference_count=success,
             execution_count=int(c["servinglib_batch_size_count"]) if batching else success,
@@ -179,3 +191,16 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         inference.queue.count = int(queued)
         inference.queue.ns = int(c["servinglib_queue_time_seconds_sum"] * _SECONDS_TO_NS)
     return response
+
+
+def _combined_ensemble(service: InferenceService, name: str) -> str | None:
+    """The ensemble whose combiner step ``name`` is, when it names one; else None (also
+    while the ensemble has no READY version)."""
+    catalog = service.catalog
+    try:
+        config = combiner_config_of(
+            name, service.models, lambda base: catalog.ready(base, None).instance
+        )
+    except ServinglibError:
+        return None
+    return name.removesuffix(COMBINER_SUFFIX) if config is not None else None

@@ -43,8 +43,9 @@ def log_request(
     model: str,
     version: str,
     protocol: str,
+    trace_id: str = "",
 ) -> None:
-    """One JSON access-log line per request.
+    """One JSON access-log line per request (``trace_id`` only when the request is traced).
 
     The record is built directly (no caller lookup: every line comes from here), which
     halves the request thread's share of the cost.
@@ -65,4 +66,6 @@ def log_request(
         version=version,
         protocol=protocol,
     )
+    if trace_id:
+        record.trace_id = trace_id
     access_log.handle(record)

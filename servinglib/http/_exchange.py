@@ -30,6 +30,7 @@ from servinglib.http._protocols import Encoded, InferProtocol, JsonProtocol, V2P
 from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.model import PRECOMPUTED_LOOKUP
 from servinglib.monitoring.metrics import ServingMetrics
+from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.content_coding import (
     ContentCodingError,
@@ -128,6 +129,7 @@ class Exchange:
         "_outcome",
         "_path_model",
         "_path_version",
+        "_span",
         "_status",
         "header",
         "method",
@@ -136,6 +138,7 @@ class Exchange:
         "request_id",
         "started",
         "timeout_ms",
+        "trace",
         "version",
         "waited_s",
     )
@@ -174,6 +177,11 @@ class Exchange:
         self._in_flight = endpoints.metrics.in_flight_gauge(protocol.name)
         self._in_flight.inc()
         PRECOMPUTED_LOOKUP.set(None)  # this thread or task may have answered one before
+        self._span = self.trace = None
+        if tracing.ACTIVE is not None:  # the one check the request path makes with it off
+            self._span, self.trace = tracing.ACTIVE.start_request(
+                header, f"{method} {path}", protocol.name
+            )
 
     def queued_for(self, seconds: float) -> None:
         """The request waited ``seconds`` for a thread before it got here: it counts against
@@ -248,17 +256,23 @@ class Exchange:
         return self._parse_decoded(raw)
 
     def _parse_decoded(self, raw: bytes) -> InferenceRequest:
+        started = 0 if self.trace is None else time.time_ns()
         request, self._context = self.protocol.parse(
             raw, self._path_model, self._path_version, self
         )
         if request.model in self._endpoints.service.models:
             self._label = request.model
+        if self.trace is not None and tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("parse", self.trace, started)
         return request
 
     def answered(self, prediction: Prediction) -> None:
         """Encode the model's answer."""
         self.version = prediction.version
+        started = 0 if self.trace is None else time.time_ns()
         encoded: Encoded = self.protocol.encode(prediction, self._context, self.request_id)
+        if self.trace is not None and tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("encode", self.trace, started)
         self._body, self._content_type, self._extra = (
             encoded.body,
             encoded.content_type,
@@ -287,6 +301,10 @@ class Exchange:
             self._label, version, self.protocol.name, self._outcome, elapsed
         )
         model = "" if self._label == "_unknown" else self._label
+        trace_id = ""
+        if self._span is not None and tracing.ACTIVE is not None:
+            trace_id = tracing.ACTIVE.trace_id(self.trace)
+            tracing.ACTIVE.finish_request(self._span, self._status, model, version, self.request_id)
         log_request(
             self.request_id,
             self.method,
@@ -296,6 +314,7 @@ class Exchange:
             model,
             version,
             self.protocol.name,
+            trace_id,
         )
         body = self._body
         headers = [("Content-Type", self._content_type)]

@@ -38,6 +38,7 @@ class Head(Protocol):
     request_id: str
     timeout_ms: float | None
     waited_s: float
+    trace: Any  # the request's OpenTelemetry context (None when not traced)
 
     def header(self, name: str) -> str | None:
         """A request header by lower-case name."""
@@ -130,6 +131,7 @@ class InferProtocol(JsonProtocol):
             routing_key=head.routing_key(model),
             timeout_ms=head.timeout_ms,
             waited_s=head.waited_s,
+            trace=head.trace,
             priority=request_priority(body.get("priority")),
         )
         return request, None
@@ -200,6 +202,7 @@ class V2Protocol(JsonProtocol):
             routing_key=head.routing_key(model),
             timeout_ms=head.timeout_ms,
             waited_s=head.waited_s,
+            trace=head.trace,
             priority=request_priority(decoded.parameters.get("priority")),
         )
         return request, decoded

@@ -99,11 +99,13 @@ def rollout_summary(model: ModelConfig) -> dict[str, Any]:
 
 def _model_states() -> list[dict[str, Any]]:
     catalog = _service().catalog
+    sync = catalog.store_sync()  # URL repositories: the master's store sync
     return [
         {
             "name": name,
             "default_version": catalog.default_version(name),
             "versions": [view.listing() for view in catalog.views(name)],
+            **({"sync": sync[name]} if name in sync else {}),
         }
         | rollout_summary(catalog.model_config(name))
         for name in catalog.model_names()

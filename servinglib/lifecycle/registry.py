@@ -15,7 +15,8 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from servinglib.compose.order import load_order
 from servinglib.config.spec import ModelConfig, ServiceConfig
@@ -50,6 +51,7 @@ from servinglib.lifecycle.versions import (
     VersionState,
 )
 from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
+from servinglib.model_metrics import ModelMetrics
 from servinglib.serving.isolation import BatchAnswerError, one_per_input
 
 __all__ = [
@@ -81,16 +83,20 @@ class ModelRegistry:
         config: ServiceConfig,
         listener: LifecycleListener | None = None,
         caller: ModelCaller | None = None,
+        metrics: Callable[[str, str], ModelMetrics] | None = None,
     ) -> None:
         self._config = config
         self._listener = listener
         self._caller = caller
+        self._metrics = metrics  # (model, version) -> the version's own metrics
         self._lock = threading.Lock()
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
         self._defaults: dict[str, str] = {}
         # model -> the split a rollout step set (None or absent: the configured one)
         self.traffic_splits: dict[str, Mapping[str, float] | None] = {}
+        # URL repositories: the master's store sync status per model (set when serving).
+        self.store_status: Callable[[], Mapping[str, Any]] | None = None
         for model in config.models:
             records = {}
             for version in discover_versions(model):
@@ -329,6 +335,7 @@ class ModelRegistry:
                 outputs=model.outputs,
                 caller=self._caller,
                 composition=model.composition,
+                metrics=self._metrics and self._metrics(model.name, record.version),
             )
         )
         try:

@@ -31,12 +31,16 @@ from servinglib.lifecycle.registry import ModelRegistry, VersionState
 
 __all__ = [
     "DESIRED_FILE",
+    "STATE_LOCK",
+    "SYNC_STATUS_FILE",
     "DesiredState",
     "ModelPlan",
     "RolloutWatcher",
     "apply_desired_state",
     "read_desired_state",
+    "read_sync_status",
     "read_worker_statuses",
+    "version_states",
     "write_atomically",
     "write_desired_state",
 ]
@@ -44,6 +48,10 @@ __all__ = [
 log = logging.getLogger("servinglib.lifecycle.rollout")
 
 DESIRED_FILE = "desired.json"
+# The master's store sync writes each URL repository's poll outcome here (per model).
+SYNC_STATUS_FILE = "store.json"
+# Held by every writer of the desired state in the master (the admin API, the store sync).
+STATE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -88,6 +96,15 @@ def read_desired_state(directory: Path) -> DesiredState:
     return DesiredState(int(raw.get("revision", 0)), models)
 
 
+def read_sync_status(directory: Path) -> dict[str, Any]:
+    """The store sync's last status, per model (empty when there is none)."""
+    try:
+        status: dict[str, Any] = json.loads((directory / SYNC_STATUS_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return status
+
+
 def write_atomically(path: Path, document: Any) -> None:
     """Replace ``path`` with ``document`` as JSON; readers never see half a file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -113,6 +130,22 @@ def read_worker_statuses(
         except (ValueError, json.JSONDecodeError):
             continue  # a report being replaced, or not ours
     return statuses
+
+
+def version_states(directory: Path, pids: set[int], model: str, version: str) -> dict[str, str]:
+    """Live worker pid -> state of ``version``, from reports of the revision that last asked
+    to load it or later (an older report may predate an unload that the load undid)."""
+    since = read_desired_state(directory).plan(model).load_revisions.get(version, 0)
+    return {
+        str(pid): s.get("models", {})
+        .get(model, {})
+        .get("versions", {})
+        .get(version, {})
+        .get("state", "ABSENT")
+        if s.get("revision", -1) >= since
+        else f"revision {since} not applied yet"
+        for pid, s in read_worker_statuses(directory, pids).items()
+    }
 
 
 def apply_desired_state(

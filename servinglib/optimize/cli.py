@@ -1,6 +1,6 @@
 """``servinglib optimize``: thin command-line wrappers over the optimize library.
 
-Sub-commands, each usable alone::
+Sub-commands, each usable alone (and ``prune``, ``distill``, ``edge``: see their --help)::
 
     servinglib optimize export   MODULE:FACTORY|model.pt --sample sample.npz --out model.onnx
     servinglib optimize graph    model.onnx --level basic --out model.basic.onnx
@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ServinglibError
+from servinglib.optimize._cli_compress import COMMANDS, add_compress_parsers, run_compress
 from servinglib.optimize._cli_output import print_outcome
+from servinglib.optimize._cli_prune import dynamic_axes
 from servinglib.optimize._cli_types import (
     add_quantize_options,
     int_at_least,
@@ -33,6 +35,12 @@ from servinglib.optimize._cli_types import (
     non_negative,
 )
 from servinglib.optimize._signals import Terminated, terminate_cleanly
+from servinglib.optimize._tabular_cli import (
+    add_measure_options,
+    add_tabular_options,
+    export_tabular_command,
+    is_tabular,
+)
 
 __all__ = ["add_parser", "main", "run"]
 
@@ -56,17 +64,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     steps = parser.add_subparsers(dest="optimize_command", required=True)
 
-    export = steps.add_parser("export", help="PyTorch module or TorchScript file → ONNX")
+    export = steps.add_parser(
+        "export",
+        help="PyTorch module, TorchScript file or sklearn/xgboost/lightgbm version → ONNX",
+    )
     export.add_argument(
         "model",
-        help="module:factory or path/file.py:factory returning the module, or a TorchScript .pt",
+        help="module:factory or path/file.py:factory returning the module, a TorchScript .pt, "
+        "or a version directory of runtime: sklearn|xgboost|lightgbm",
     )
     export.add_argument("--weights", type=Path, help="state_dict file to load into the module")
     export.add_argument(
         "--sample",
         type=Path,
-        required=True,
-        help=".npz of sample inputs, one array per input (axis 0 = batch)",
+        help=".npz of sample inputs, one array per input (axis 0 = batch); for a tabular "
+        "version, rows (default: its test_data.json)",
     )
     export.add_argument(
         "--input-names", type=names, help="input order and names (default: the .npz order)"
@@ -90,6 +102,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="accept a trace whose exporter warnings say a branch was fixed at trace time",
     )
     export.add_argument("--out", type=Path, required=True, help="the ONNX file to write")
+    add_tabular_options(export)
 
     graph = steps.add_parser("graph", help="ONNX Runtime offline graph optimization")
     graph.add_argument("source", type=Path, help="the ONNX model")
@@ -185,34 +198,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=8,
         help="mixed batch size (default: 8)",
     )
-    run_parser.add_argument(
-        "--threads",
-        type=int_at_least(1),
-        default=1,
-        help="intra-op threads when measuring (default: 1)",
-    )
-    run_parser.add_argument(
-        "--warmup", type=int_at_least(0), default=20, help="warm-up runs (default: 20)"
-    )
-    run_parser.add_argument(
-        "--iterations", type=int_at_least(1), default=100, help="runs per round (default: 100)"
-    )
-    run_parser.add_argument(
-        "--repeats", type=int_at_least(1), default=5, help="rounds (default: 5)"
-    )
-    run_parser.add_argument(
-        "--batch-size",
-        type=int_at_least(1),
-        default=32,
-        help="throughput batch size (default: 32)",
-    )
-    run_parser.add_argument(
-        "--min-round-s",
-        type=non_negative,
-        default=0.2,
-        help="least time each model spends in one throughput round (default: %(default)s)",
-    )
+    add_measure_options(run_parser)
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_compress_parsers(steps)
     return parser
 
 
@@ -227,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
                 return _graph(args)
             if command == "quantize":
                 return _quantize(args)
+            if command in COMMANDS:
+                return run_compress(args)
             return _run(args)
     except ServinglibError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -258,6 +248,10 @@ def _export(args: argparse.Namespace) -> int:
     from servinglib.optimize.errors import OptimizeError
     from servinglib.optimize.export import export_module, load_module
 
+    if is_tabular(args):
+        return export_tabular_command(args)
+    if args.sample is None:
+        raise OptimizeError("--sample is required to export a PyTorch model: an .npz of inputs")
     if args.sample.suffix != ".npz" or not args.sample.is_file():
         raise OptimizeError(f"--sample {args.sample}: expected an existing .npz of inputs")
     with np.load(args.sample, allow_pickle=False) as archive:
@@ -266,12 +260,7 @@ def _export(args: argparse.Namespace) -> int:
     missing = [n for n in input_names if n not in arrays]
     if missing:
         raise OptimizeError(f"{args.sample} has no arrays {missing}; it has {list(arrays)}")
-    axes: dict[str, dict[int, str]] = {}
-    for spec in args.dynamic_axis:
-        name, axis, label = [*spec.split(":"), "", ""][:3]
-        if not (name and axis.isdigit() and label):
-            raise OptimizeError(f"--dynamic-axis {spec!r}: use NAME:AXIS:LABEL, e.g. ids:1:seq")
-        axes.setdefault(name, {})[int(axis)] = label
+    axes = dynamic_axes(args.dynamic_axis)
     module = load_module(args.model, weights=args.weights)
     result = export_module(
         module,

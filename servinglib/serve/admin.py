@@ -32,11 +32,14 @@ from servinglib.config.spec import ServiceConfig
 from servinglib.errors import InvalidInputError, ServinglibError
 from servinglib.lifecycle.artifacts import NAME_PATTERN, version_directory
 from servinglib.lifecycle.rollout import (
+    STATE_LOCK,
     ModelPlan,
     read_desired_state,
     read_worker_statuses,
+    version_states,
     write_desired_state,
 )
+from servinglib.lifecycle.store import StoreError, fetch_version, list_store
 from servinglib.wire.strict_json import parse_json
 
 __all__ = ["IDLE_TIMEOUT_S", "MIN_TOKEN_LENGTH", "AdminServer"]
@@ -90,7 +93,7 @@ class AdminServer:
         # Actions on one model run one at a time (their state checks see every earlier
         # action); the file lock guards the one file every model's plan lives in.
         self._model_locks = {model.name: threading.Lock() for model in config.models}
-        self._file_lock = threading.Lock()
+        self._file_lock = STATE_LOCK  # shared with the store sync of the same master
         # More routes (the rollout controller's): (method, path) -> (status, body) or None.
         self.extra_routes: Callable[[str, str], tuple[int, Any] | None] | None = None
         admin = self
@@ -249,6 +252,8 @@ class AdminServer:
             path = version_directory(model.repository, model.name, version)
         except ServinglibError as e:
             raise _RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
+        if not path.is_dir() and model.repository_url is not None:
+            _fetch_from_store(model, version)  # into the cache, before any worker looks
         if not path.is_dir():
             raise _RefusedError(
                 HTTPStatus.NOT_FOUND, f"model {model.name!r} has no version directory {version!r}"
@@ -358,20 +363,8 @@ class AdminServer:
             return state.revision
 
     def ready_states(self, model: str, version: str) -> dict[str, str]:
-        """Live worker pid -> state of ``version``, from reports of the revision that last
-        asked to load it or later (an older report may predate an unload the load undid)."""
-        since = read_desired_state(self._state_dir).plan(model).load_revisions.get(version, 0)
-        statuses = read_worker_statuses(self._state_dir, self._live_pids())
-        return {
-            str(pid): s.get("models", {})
-            .get(model, {})
-            .get("versions", {})
-            .get(version, {})
-            .get("state", "ABSENT")
-            if s.get("revision", -1) >= since
-            else f"revision {since} not applied yet"
-            for pid, s in statuses.items()
-        }
+        """Live worker pid -> state of ``version`` (see :func:`version_states`)."""
+        return version_states(self._state_dir, self._live_pids(), model, version)
 
     def _require_ready_everywhere(self, model: str, version: str) -> None:
         """Every live worker reports ``version`` READY."""
@@ -382,3 +375,22 @@ class AdminServer:
                 f"version {version!r} of {model!r} is not READY in every worker; load it and wait",
                 states,
             )
+
+
+def _fetch_from_store(model: Any, version: str) -> None:
+    """Download a version of a URL repository that the cache lacks (admin ``load``).
+
+    Raises:
+        _RefusedError: 404 when the store has no such version, 502 when it cannot be read.
+    """
+    try:
+        listing = list_store(model)
+        files = listing.versions.get(version)
+        if files is None:
+            raise _RefusedError(
+                HTTPStatus.NOT_FOUND,
+                f"{model.repository_url} has no version {version!r}; upload it first",
+            )
+        fetch_version(model, version, tuple(f[0] for f in files))
+    except StoreError as e:
+        raise _RefusedError(HTTPStatus.BAD_GATEWAY, str(e)) from e

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from servinglib.errors import (
     DeadlineExceededError,
@@ -15,6 +16,7 @@ from servinglib.errors import (
 )
 from servinglib.lifecycle.versions import ReadyVersion
 from servinglib.model import CallScope
+from servinglib.serving import tracing
 from servinglib.serving.lanes import Lane
 from servinglib.serving.requests import InferenceRequest
 
@@ -24,7 +26,7 @@ __all__ = ["AdmittedCall"]
 class AdmittedCall:
     """One admitted request on its way through the model: where, until when, since when."""
 
-    __slots__ = ("_clock", "deadline", "lane", "ready", "started")
+    __slots__ = ("_clock", "deadline", "lane", "ready", "started", "trace")
 
     def __init__(
         self, lane: Lane, ready: ReadyVersion, deadline: float, clock: Callable[[], float]
@@ -34,13 +36,19 @@ class AdmittedCall:
         self.deadline = deadline
         self.started = time.perf_counter()
         self._clock = clock
+        self.trace: Any = None  # the request's trace context, when it is traced
 
     def scope(
         self, request: InferenceRequest, followups: list[Callable[[], None]] | None
     ) -> CallScope:
         """What the calls a composed model makes for ``request`` inherit from it."""
         return CallScope(
-            self.deadline, request.request_id, request.priority, request.routing_key, followups
+            self.deadline,
+            request.request_id,
+            request.priority,
+            request.routing_key,
+            followups,
+            request.trace,
         )
 
     def remaining(self) -> float:
@@ -70,5 +78,9 @@ class AdmittedCall:
             raise  # the executor refused or gave up (503 / 504), or a member failed (logged)
         except Exception as e:
             raise PredictionError.logged(
-                self.ready.model, self.ready.version, "raised while predicting", e
+                self.ready.model,
+                self.ready.version,
+                "raised while predicting",
+                e,
+                tracing.trace_id_of(self.trace),
             ) from e

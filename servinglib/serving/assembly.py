@@ -30,10 +30,14 @@ from servinglib.lifecycle.registry import (
     VersionRecord,
     VersionState,
 )
-from servinglib.lifecycle.rollout import RolloutWatcher
+from servinglib.lifecycle.rollout import RolloutWatcher, read_sync_status
+from servinglib.lifecycle.store import require_synced
+from servinglib.model_metrics import ModelMetrics
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
+from servinglib.monitoring.model_metrics import metrics_for
+from servinglib.monitoring.model_sync import ModelSyncCollector
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.serving.batching import BatchListener
 from servinglib.serving.recording import AnswerRecorder
@@ -115,6 +119,7 @@ def load_service(
     version: str | None = None,
     listener: _Listener | None = None,
     observe: Callable[[ModelRegistry], Observers] | None = None,
+    model_metrics: Callable[[str, str], ModelMetrics] | None = None,
 ) -> LoadedService:
     """Assemble a service for ``purpose`` and load what it needs.
 
@@ -126,6 +131,8 @@ def load_service(
             metrics).
         observe: builds the service's prediction recorder, shadows and drift monitor from
             the registry (a worker's; tools observe nothing).
+        model_metrics: gives each version its ``Model.metrics`` (a worker's count in
+            Prometheus; tools' count nothing).
 
     Example::
 
@@ -133,8 +140,10 @@ def load_service(
         record = loaded.ready_record("eta")
         loaded.close()
     """
+    if purpose is not Purpose.SERVE:  # a worker reads the cache its master filled
+        require_synced(config)
     caller = LaneCaller(listener=listener, threads=config.server.threads)
-    registry = ModelRegistry(config, listener=listener, caller=caller)
+    registry = ModelRegistry(config, listener=listener, caller=caller, metrics=model_metrics)
     seen = observe(registry) if observe is not None else Observers()
     service = InferenceService(
         registry,
@@ -222,7 +231,9 @@ def build_worker(
         observed.append((shadows, drift))
         return Observers(logger, shadows, drift)
 
-    loaded = load_service(config, Purpose.SERVE, listener=metrics, observe=observe)
+    loaded = load_service(
+        config, Purpose.SERVE, listener=metrics, observe=observe, model_metrics=metrics_for
+    )
     shadows, drift = observed[0]
     service, registry = loaded.service, loaded.registry
     if not registry.is_ready():
@@ -232,6 +243,10 @@ def build_worker(
     shadows.run_on = service.call_version  # shadow copies use the version's own threads
     shadows.wait_ready()  # isolation: process loads the shadow versions alongside
     watcher = None
+    if rollout_dir is not None and any(m.repository_url for m in config.models):
+        directory = rollout_dir
+        registry.store_status = lambda: read_sync_status(directory)
+        metrics.add_collector(ModelSyncCollector(registry.store_status))
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
         watcher.sync()

@@ -36,6 +36,7 @@ from servinglib.errors import (
     OverloadedError,
     ServinglibError,
 )
+from servinglib.serving import tracing
 from servinglib.serving.dispatch_rule import dispatch_size
 from servinglib.serving.isolation import run_isolating
 from servinglib.serving.queue_items import (
@@ -145,10 +146,12 @@ class DynamicBatcher:
         priority: int | None = None,
         deadline: float | None = None,
         arrival: Arrival | None = None,
+        trace: Any = None,
     ) -> Future[Any]:
         """Queue one request; its future gets the result or the exception.
 
         ``arrival``: the announcement of this request by :meth:`incoming`, consumed here.
+        ``trace``: the request's trace context; its queue and predict spans go under it.
 
         Raises:
             OverloadedError: the queue holds ``max_queue_size`` requests (or is closed).
@@ -182,7 +185,9 @@ class DynamicBatcher:
             if arrival is not None and arrival.pending:
                 arrival.pending = False
                 self._incoming -= 1
-            item = QueuedItem(payload, future, self._clock(), deadline, next(self._sequence), level)
+            item = QueuedItem(
+                payload, future, self._clock(), deadline, next(self._sequence), level, trace
+            )
             self._queues[level].append(item)
             self._size += 1
             depth = self._size
@@ -319,7 +324,10 @@ class DynamicBatcher:
                 live.append(item)
             else:  # cancelled while queued: nothing to run, but keep the ordering moving
                 self._resolve(item, None, None)
-        if live:
+        if live and tracing.ACTIVE is not None:
+            traces, waits = [i.trace for i in live], [now - i.enqueued for i in live]
+            tracing.ACTIVE.around_batch(lambda: self._run_isolating(live, run_batch), traces, waits)
+        elif live:
             self._run_isolating(live, run_batch)
 
     def _run_isolating(self, items: list[QueuedItem], run_batch: BatchFunction) -> None:

@@ -8,7 +8,9 @@ private to the service and the lifecycle.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from servinglib.config.spec import ModelConfig, ServiceConfig
 from servinglib.errors import public_reason
@@ -73,6 +75,11 @@ class VersionCatalog:
     def views(self, model: str) -> list[VersionView]:
         """Every version of ``model``, in version order."""
         return [_view(record) for record in self._registry.records(model)]
+
+    def store_sync(self) -> Mapping[str, Any]:
+        """URL repositories: the master's last store sync, per model (empty otherwise)."""
+        status = self._registry.store_status
+        return status() if status is not None else {}
 
     def is_ready(self) -> bool:
         """True when every model's default version is READY."""

@@ -32,6 +32,7 @@ class QueuedItem:
     deadline: float | None
     sequence: int
     priority: int
+    trace: Any = None  # the request's trace context (see servinglib.serving.tracing)
 
 
 @dataclass

@@ -39,6 +39,8 @@ class InferenceRequest:
             written to the prediction log nor copied to shadows.
         waited_s: how long the request already waited for a server thread; it counts
             against the deadline.
+        trace: the OpenTelemetry context of the request's span (None when tracing is off
+            or the request is not sampled): see :mod:`servinglib.serving.tracing`.
     """
 
     model: str
@@ -52,6 +54,7 @@ class InferenceRequest:
     inline: bool = False
     observed: bool = True
     waited_s: float = 0.0
+    trace: Any = None
 
 
 @dataclass(frozen=True)
@@ -96,5 +99,6 @@ class ShadowSubmitter(Protocol):
         output: Any,
         request_id: str,
         log_answer: bool = True,
+        trace: Any = None,
     ) -> None:
         """Copy an answered request to the model's shadows (never blocks)."""

@@ -23,7 +23,7 @@ from servinglib.errors import (
 )
 from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.model import CallScope, LoopModel
-from servinglib.serving import loop_calls
+from servinglib.serving import loop_calls, tracing
 from servinglib.serving.admitted import AdmittedCall as _Call
 from servinglib.serving.batching import BatchListener, DynamicBatcher
 from servinglib.serving.catalog import VersionCatalog
@@ -215,6 +215,16 @@ class InferenceService:
 
     def _admit(self, request: InferenceRequest) -> _Call:
         """The one admission path: the lane, deadline and version, once the input passes."""
+        if request.trace is None:
+            return self._admitted(request)
+        started = time.time_ns()
+        call = self._admitted(request)
+        call.trace = request.trace
+        if tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("admit", request.trace, started)
+        return call
+
+    def _admitted(self, request: InferenceRequest) -> _Call:
         lane = self.lane(request.model)
         deadline = lane.deadline(request.timeout_ms) - request.waited_s
         if request.waited_s and self._clock() >= deadline:
@@ -254,14 +264,19 @@ class InferenceService:
         if lane.shared() and blocking and request.inline and lane.quick():
             payload = instance.prepare(features)
             call.check_deadline()
+            if request.trace is not None:
+                return True, _traced(request.trace, lane.timed, instance, payload)
             return True, lane.timed(instance, payload)
         if lane.shared() and not blocking and lane.quick() and loop_calls.available():
             payload = instance.prepare(features)
             call.check_deadline()
             ready = call.ready
+            started = time.time_ns()
             done, value = loop_calls.run_on_loop(
                 ready.model, ready.version, lane.timed, instance, payload
             )
+            if done and request.trace is not None and tracing.ACTIVE is not None:
+                tracing.ACTIVE.record("predict", request.trace, started)
             if done:
                 return True, value
         executor = lane.executor(call.ready)
@@ -270,14 +285,20 @@ class InferenceService:
             if lane.composes:
                 payload = lane.payload(payload, call.scope(request, followups))
             call.check_deadline()
-            return False, executor.submit(payload, priority=request.priority, deadline=deadline)
+            return False, executor.submit(
+                payload, priority=request.priority, deadline=deadline, trace=request.trace
+            )
         with executor.incoming() as arrival:  # lets the batcher wait for it
             payload = instance.prepare(features)
             if lane.composes:
                 payload = lane.payload(payload, call.scope(request, followups))
             call.check_deadline()
             return False, executor.submit(
-                payload, priority=request.priority, deadline=deadline, arrival=arrival
+                payload,
+                priority=request.priority,
+                deadline=deadline,
+                arrival=arrival,
+                trace=request.trace,
             )
 
     def _answered(
@@ -309,6 +330,7 @@ class InferenceService:
                 output,
                 request.request_id,
                 log_answer=logged,
+                trace=request.trace,
             )
             if after_response is None:
                 copy()
@@ -348,6 +370,16 @@ class InferenceService:
         """Finish every queued request and stop the batcher threads."""
         for _, _, executor in self.executors():
             executor.close(timeout_s)
+
+
+def _traced(context: Any, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` recorded as a ``predict`` span under ``context``."""
+    started = time.time_ns()
+    try:
+        return function(*args)
+    finally:
+        if tracing.ACTIVE is not None:
+            tracing.ACTIVE.record("predict", context, started)
 
 
 def run_followups(followups: list[Callable[[], None]]) -> None:

@@ -28,6 +28,7 @@ from servinglib.errors import (
     ServinglibError,
 )
 from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.serving import tracing
 from servinglib.serving.recording import AnswerRecorder
 from servinglib.shadow.budget import CpuBudget
 from servinglib.shadow.comparators import Comparator, Comparison, make_comparator
@@ -184,8 +185,12 @@ class ShadowRouter:
         output: Any,
         request_id: str,
         log_answer: bool = True,
+        trace: Any = None,
     ) -> None:
-        """Copy an answered request to the sampled shadows of ``model``; never blocks."""
+        """Copy an answered request to the sampled shadows of ``model``; never blocks.
+
+        ``trace``: the request's trace context; each copy's span is linked to it.
+        """
         for shadow in self._shadows.get(model, ()):
             version = shadow.config.version
             if version == primary or self._rng() >= shadow.config.sample_rate:
@@ -200,7 +205,15 @@ class ShadowRouter:
                 continue
             try:
                 future = self._executor.submit(
-                    self._run, shadow, model, primary, features, output, request_id, log_answer
+                    self._run,
+                    shadow,
+                    model,
+                    primary,
+                    features,
+                    output,
+                    request_id,
+                    log_answer,
+                    trace,
                 )
             except RuntimeError:  # executor shut down: the worker is exiting
                 self._slots.release()
@@ -224,10 +237,18 @@ class ShadowRouter:
         output: Any,
         request_id: str,
         log_answer: bool,
+        trace: Any = None,
     ) -> None:
         version = shadow.config.version
         started = time.perf_counter()
         outcome = "ok"
+        span = None
+        if trace is not None and tracing.ACTIVE is not None:
+            span = tracing.ACTIVE.linked(
+                f"shadow {version}",
+                trace,
+                {"servinglib.model": model, "servinglib.version": version},
+            )
         try:
             timeout_s = shadow.config.timeout_ms / 1000
             if self._process is not None:  # a process of its own: no CPU taken from the primary
@@ -278,6 +299,9 @@ class ShadowRouter:
                 exc_info=True,
             )
         finally:
+            if span is not None:
+                span.set_attribute("servinglib.outcome", outcome)
+                span.end()
             self._slots.release()
             if self._budget is not None and self._process is None:  # interpreter-lock time
                 self._budget.spend(time.perf_counter() - started)

@@ -68,7 +68,12 @@ def test_envoy_policy_matches_the_server(rendered: Rendered) -> None:
     buffer = manager["http_filters"][0]
     assert buffer["name"] == "envoy.filters.http.buffer"
     assert buffer["typed_config"]["max_request_bytes"] == server.max_request_body_bytes
-    (cluster,) = config["static_resources"]["clusters"]
+    cluster, collector = config["static_resources"]["clusters"]
+    assert (
+        collector["name"]
+        == manager["tracing"]["provider"]["typed_config"]["http_service"]["http_uri"]["cluster"]
+    )
+    assert manager["tracing"]["random_sampling"] == {"value": 1}
     endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     assert endpoint["address"]["socket_address"]["port_value"] == server.port
     options = cluster["typed_extension_protocol_options"]

@@ -167,20 +167,10 @@ def test_batched_models_with_b4_and_a_concurrency_sweep(
         assert f"Concurrency: {concurrency}, throughput:" in out, out
 
 
-ENSEMBLE_OVER_GRPC = pytest.mark.xfail(
-    strict=True,
-    reason="perf_analyzer -i grpc reads the statistics of every step of an ensemble's "
-    "scheduling and does not find a version for the <ensemble>_combiner step "
-    "('failed to find the requested model version'); over HTTP it reads no statistics",
-)
-
-
 @pytest.mark.parametrize(
     ("model", "protocol"),
     [
         (model, protocol)
-        if (model, protocol) != ("breast-cancer-ensemble", "grpc")
-        else pytest.param(model, protocol, marks=ENSEMBLE_OVER_GRPC)
         for model in ("breast-cancer", "breast-cancer-ensemble", "digits", "minilm")
         for protocol in ("http", "grpc")
     ],

@@ -35,6 +35,7 @@ class FakeHead:
         self.request_id = "rid-1"
         self.timeout_ms: float | None = 250.0
         self.waited_s = 0.0
+        self.trace: object = None
         self._headers = headers or {}
 
     def header(self, name: str) -> str | None:

@@ -5,7 +5,16 @@ resource "kubernetes_config_map_v1" "envoy" {
     labels    = local.labels
   }
   data = {
-    "envoy.yaml" = file("${path.module}/../envoy/envoy.yaml")
+    # envoy/envoy.yaml names the default collector and sampling; these variables replace them.
+    "envoy.yaml" = replace(
+      replace(
+        file("${path.module}/../envoy/envoy.yaml"),
+        "otel-collector.observability.svc.cluster.local",
+        var.otel_collector_host,
+      ),
+      "random_sampling: {value: 1}",
+      "random_sampling: {value: ${var.trace_sampling_percent}}",
+    )
   }
 }
 
@@ -70,6 +79,15 @@ resource "kubernetes_deployment_v1" "app" {
           env {
             name  = "SERVINGLIB_WORKERS"
             value = tostring(var.workers)
+          }
+          # servinglib's spans join Envoy's traces (with servinglib[tracing] installed).
+          env {
+            name  = "OTEL_EXPORTER_OTLP_ENDPOINT"
+            value = "http://${var.otel_collector_host}:4318"
+          }
+          env {
+            name  = "OTEL_SERVICE_NAME"
+            value = var.service
           }
           resources {
             requests = {

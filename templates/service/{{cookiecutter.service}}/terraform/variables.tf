@@ -118,3 +118,19 @@ variable "allowed_namespaces" {
   type        = list(string)
   default     = ["{{ cookiecutter.team }}", "monitoring"]
 }
+
+variable "otel_collector_host" {
+  description = "Host of the OpenTelemetry collector (OTLP/HTTP on port 4318) Envoy and servinglib send traces to."
+  type        = string
+  default     = "otel-collector.observability.svc.cluster.local"
+}
+
+variable "trace_sampling_percent" {
+  description = "Percent of requests without a caller's trace that Envoy starts a trace for."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.trace_sampling_percent >= 0 && var.trace_sampling_percent <= 100
+    error_message = "trace_sampling_percent is a percentage from 0 to 100."
+  }
+}

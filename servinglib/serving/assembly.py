@@ -19,9 +19,9 @@ from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.lifecycle.rollout import RolloutWatcher
 from servinglib.monitoring.drift import DriftMonitor
+from servinglib.monitoring.log_fanout import open_logs
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
-from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.serving.service import InferenceService
 from servinglib.serving.watchdog import Watchdog
 from servinglib.shadow.router import ShadowRouter
@@ -76,13 +76,7 @@ def build_worker(
     registry = ModelRegistry(config, listener=metrics, caller=caller)
     logger = None
     if config.prediction_log is not None:
-        logger = PredictionLogger(
-            config.prediction_log,
-            open_sink(config.prediction_log.url),
-            on_dropped=metrics.prediction_log_dropped,
-            on_written=metrics.prediction_log_written,
-            on_truncated=metrics.prediction_log_truncated,
-        )
+        logger = open_logs(config.prediction_log, config.service, metrics)
     shadows = ShadowRouter(registry, listener=metrics, recorder=logger)
     drift = DriftMonitor(registry, multiprocess_dir(), on_issue=metrics.data_quality_issue)
     metrics.add_collector(drift)

@@ -1,0 +1,82 @@
+"""The streamed prediction record: schema ``servinglib.prediction`` version 1.
+
+One CloudEvents 1.0 event (JSON, structured mode) per answered request, primary or shadow.
+Kafka messages carry it as their value; the Parquet lake stores :func:`lake_row` of it. The
+reference is ``docs/reference/prediction-events.md``; a change that renames or retypes a
+field bumps :data:`SCHEMA_VERSION` (and the ``type``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import TYPE_CHECKING, Any
+
+from servinglib.wire import jsonbytes
+from servinglib.wire.jsonbytes import to_plain
+
+if TYPE_CHECKING:
+    from servinglib.monitoring.prediction_log import PredictionRecord
+
+__all__ = ["EVENT_TYPE", "SCHEMA_VERSION", "encode", "event_of", "lake_row"]
+
+SCHEMA_VERSION = 1
+EVENT_TYPE = f"io.servinglib.prediction.v{SCHEMA_VERSION}"
+
+
+def event_of(record: PredictionRecord, source: str) -> dict[str, Any]:
+    """The CloudEvent of ``record``; ``id`` (request id / model / version) is the dedup key."""
+    when = datetime.datetime.fromtimestamp(record.logged_at, datetime.UTC)
+    return {
+        "specversion": "1.0",
+        "type": EVENT_TYPE,
+        "source": source,
+        "id": f"{record.request_id}/{record.model}/{record.version}",
+        "time": when.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "datacontenttype": "application/json",
+        "schemaversion": SCHEMA_VERSION,
+        "data": {
+            "request_id": record.request_id,
+            "trace_id": record.trace_id,
+            "model": record.model,
+            "version": record.version,
+            "shadow_of": record.shadow_of,
+            "inputs": to_plain(record.features),
+            "outputs": to_plain(record.output),
+            "latency_ms": record.latency_ms,
+            "logged_at": record.logged_at,
+        },
+    }
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    """JSON bytes of ``event``; NaN and Infinity kept as JavaScript literals."""
+    try:
+        return jsonbytes.dumps(event, default=str)
+    except jsonbytes.NonFiniteError:
+        return json.dumps(event, default=str).encode()
+
+
+def _json(value: Any) -> str:
+    return encode(value).decode()
+
+
+def lake_row(event: dict[str, Any]) -> dict[str, Any]:
+    """The Parquet row of ``event``: flat columns, inputs and outputs as JSON text."""
+    data = event["data"]
+    return {
+        "id": event["id"],
+        "type": event["type"],
+        "source": event["source"],
+        "time": datetime.datetime.fromtimestamp(data["logged_at"], datetime.UTC),
+        "request_id": data["request_id"],
+        "trace_id": data["trace_id"],
+        "model": data["model"],
+        "version": data["version"],
+        "shadow_of": data["shadow_of"],
+        "inputs": _json(data["inputs"]),
+        "outputs": _json(data["outputs"]),
+        "latency_ms": float(data["latency_ms"]),
+        "logged_at": float(data["logged_at"]),
+        "schema_version": event["schemaversion"],
+    }

@@ -65,6 +65,8 @@ class SinkLogger(PredictionLogger):
         self._next_try = 0.0
         self._backoff = _BACKOFF_S[0]
         name = config.name
+        for reason in ("buffer_full", "spool_full"):  # series at 0 from the start, for alerts
+            listener.sink_dropped(name, reason, 0)
         super().__init__(
             PredictionLogConfig(url=None, **config.buffer),
             sink,

@@ -216,7 +216,7 @@ def test_alerting_rules_pass_promtool_and_name_the_service(rendered: Rendered) -
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (Debian: apt-get install prometheus)")
-    assert "SUCCESS: 7 rules found" in run([promtool, "check", "rules", rules]).stdout
+    assert "SUCCESS: 8 rules found" in run([promtool, "check", "rules", rules]).stdout
 
 
 def test_only_a_torch_repo_uses_pytorchs_index(rendered: Rendered) -> None:

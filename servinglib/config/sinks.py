@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servinglib.errors import ConfigError
+
 __all__ = ["BUFFER_KEYS", "LogSinkConfig", "parse_sinks"]
 
 BUFFER_KEYS = (
@@ -45,15 +47,26 @@ class LogSinkConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-def parse_sinks(entries: list[Mapping[str, Any]], root: Path) -> tuple[LogSinkConfig, ...]:
-    """Sink configs of the schema-validated ``sinks`` list; relative paths against ``root``."""
-    sinks = []
-    for entry in entries:
+def parse_sinks(
+    entries: list[Mapping[str, Any]], root: Path, label: str
+) -> tuple[LogSinkConfig, ...]:
+    """Sink configs of the schema-validated ``sinks`` list; relative paths against ``root``.
+
+    Raises:
+        ConfigError: two sinks share a name (their metrics and spools would mix).
+    """
+    sinks: list[LogSinkConfig] = []
+    for index, entry in enumerate(entries):
         kind = str(entry["type"])
         target = str(entry["topic"] if kind == "kafka" else entry["url"])
         if kind == "parquet" and "://" not in target:
             target = str(root / target)
         name = str(entry.get("name", kind))
+        if any(sink.name == name for sink in sinks):
+            raise ConfigError(
+                f"{label}: monitoring.prediction_log.sinks[{index}]: another sink is named "
+                f"{name!r}; give each sink a distinct name: (names its metrics and spool)"
+            )
         spool = Path(str(entry.get("spool_dir", f".servinglib-spool/{name}")))
         buffer = {**_DEFAULTS[kind], **{k: entry[k] for k in BUFFER_KEYS if k in entry}}
         used = {"type", "name", "topic", "url", "spool_dir", "spool_max_bytes", *BUFFER_KEYS}

@@ -339,7 +339,7 @@ def _prediction_log(
     if "url" in settings:
         settings["url"] = resolve_log_url(settings["url"], root, label)
     settings["url"] = settings.get("url")
-    settings["sinks"] = parse_sinks(settings.get("sinks", []), root)
+    settings["sinks"] = parse_sinks(settings.get("sinks", []), root, label)
     return PredictionLogConfig(**settings)
 
 

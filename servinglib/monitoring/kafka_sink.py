@@ -29,6 +29,7 @@ def producer_settings(options: Mapping[str, Any]) -> dict[str, Any]:
         "batch.size": options.get("batch_bytes", 1 << 20),
         "compression.type": options.get("compression", "lz4"),
         "message.timeout.ms": options.get("delivery_timeout_ms", 5000),
+        "delivery.report.only.error": True,  # no Python callback per delivered message
         **options.get("producer", {}),
         "enable.idempotence": True,
         "acks": "all",

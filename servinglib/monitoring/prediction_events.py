@@ -12,7 +12,8 @@ import datetime
 import json
 from typing import TYPE_CHECKING, Any
 
-from servinglib.wire import jsonbytes
+import orjson
+
 from servinglib.wire.jsonbytes import to_plain
 
 if TYPE_CHECKING:
@@ -41,20 +42,23 @@ def event_of(record: PredictionRecord, source: str) -> dict[str, Any]:
             "model": record.model,
             "version": record.version,
             "shadow_of": record.shadow_of,
-            "inputs": to_plain(record.features),
-            "outputs": to_plain(record.output),
+            "inputs": record.features,  # NumPy arrays stay as they are: orjson writes them
+            "outputs": record.output,
             "latency_ms": record.latency_ms,
             "logged_at": record.logged_at,
         },
     }
 
 
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
 def encode(event: dict[str, Any]) -> bytes:
-    """JSON bytes of ``event``; NaN and Infinity kept as JavaScript literals."""
+    """JSON bytes of ``event`` (orjson: NaN and Infinity are written as ``null``)."""
     try:
-        return jsonbytes.dumps(event, default=str)
-    except jsonbytes.NonFiniteError:
-        return json.dumps(event, default=str).encode()
+        return orjson.dumps(event, default=str, option=_OPTIONS)
+    except orjson.JSONEncodeError:  # beyond orjson (integers over 64 bits...): the slow way
+        return json.dumps(to_plain(event), default=str).encode()
 
 
 def _json(value: Any) -> str:

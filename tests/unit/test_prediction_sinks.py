@@ -236,3 +236,28 @@ def test_parquet_lake_is_partitioned_and_read_by_pyarrow_duckdb_and_drift(
     assert rows[0] == ("1", {"x": 1.0}, {"y": 2})
     assert read_prediction_log(str(lake), "m", "1", 3600, now=time.time() + 7200) == []
     assert os.listdir(tmp_path / "spool") == []
+
+
+def test_sinks_are_configured_from_servinglib_yaml(tmp_path: Path) -> None:
+    from servinglib.config.spec import load_config
+    from servinglib.errors import ConfigError
+
+    config = tmp_path / "servinglib.yaml"
+    base = (
+        "service: s\nmodels: [{name: m, class: m.py:M, repository: m, default_version: '1'}]\n"
+        "monitoring:\n  prediction_log:\n    sinks:\n"
+        "      - {type: kafka, topic: t, bootstrap_servers: 'k:9092', linger_ms: 5}\n"
+    )
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    config.write_text(base + "      - {type: parquet, url: lake, sample_rate: 0.5}\n")
+    log = load_config(config).prediction_log
+    assert log is not None
+    assert log.url is None
+    kafka, lake = log.sinks
+    assert (kafka.name, kafka.target, kafka.options["linger_ms"]) == ("kafka", "t", 5)
+    assert kafka.spool_dir == tmp_path / ".servinglib-spool/kafka"
+    assert (lake.target, lake.buffer["sample_rate"]) == (str(tmp_path / "lake"), 0.5)
+    assert log.read_url() == str(tmp_path / "lake")
+    config.write_text(base + "      - {type: kafka, topic: u, bootstrap_servers: 'k:9092'}\n")
+    with pytest.raises(ConfigError, match=r"sinks\[1\]: another sink is named 'kafka'"):
+        load_config(config)

@@ -248,7 +248,9 @@ def render(results: dict[str, Outcome], down: dict[str, float] | None, command: 
     lines += [
         "",
         "Both servers of a scenario run at once and are loaded in turn, off-on-on-off or "
-        "on-off-off-on, so a machine growing busier hits both alike. The outage makes the "
+        "on-off-off-on, so a machine growing busier hits both alike. The broker shares the "
+        "cores with the servers: its CPU comes out of the 'on' runs, which the server CPU per "
+        "request (every gunicorn process, from /proc) does not count. The outage makes the "
         "broker unreachable (connections refused and cut), as a stopped broker is.",
         "",
         "<!-- bench:prediction-sinks:end -->",

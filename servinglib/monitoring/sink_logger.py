@@ -6,7 +6,8 @@ events (:mod:`~servinglib.monitoring.prediction_events`) and hands them to the s
 the sink refuses goes to the disk spool, and so does every later batch until the spool is
 replayed, oldest first, so the sink receives records in the order they were logged. A
 replay is tried after a backoff (0.5 s doubling to 10 s); a closing logger does not wait
-for a sink that is down: what is left goes to the spool, replayed by the next worker.
+for a sink that is down: what is left goes to the spool, and a live worker adopts the
+spool of one that exited (at its start, then every 10 s).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = ["EventSink", "SinkListener", "SinkLogger"]
 log = logging.getLogger("servinglib.prediction_log")
 
 _BACKOFF_S = (0.5, 10.0)
+_ADOPT_EVERY_S = 10.0  # how often a worker looks for the spool of a worker that exited
 
 
 class EventSink(Protocol):
@@ -62,7 +64,7 @@ class SinkLogger(PredictionLogger):
         self._source = source
         self._listener = listener
         self._spool = Spool(config.spool_dir, config.spool_max_bytes)
-        self._next_try = 0.0
+        self._next_try = self._next_adopt = 0.0
         self._backoff = _BACKOFF_S[0]
         name = config.name
         for reason in ("buffer_full", "spool_full"):  # series at 0 from the start, for alerts
@@ -78,6 +80,9 @@ class SinkLogger(PredictionLogger):
     def _write(self, batch: list[PredictionRecord]) -> None:
         events = [event_of(record, self._source) for record in batch]
         closing = self._closed.is_set()
+        if time.monotonic() >= self._next_adopt and not closing:
+            self._spool.adopt()
+            self._next_adopt = time.monotonic() + _ADOPT_EVERY_S
         if self._spool.pending and not closing:
             self._replay()
         if events and (self._spool.pending or not self._sent(events)):
@@ -102,7 +107,6 @@ class SinkLogger(PredictionLogger):
         """Send spooled segments oldest first while the sink takes them."""
         if time.monotonic() < self._next_try:
             return
-        self._spool.adopt()
         while self._spool.pending:
             events = self._spool.head()
             try:

@@ -142,7 +142,7 @@ def test_a_dead_workers_spool_is_adopted_and_replayed(tmp_path: Path) -> None:
     for path in (tmp_path / "spool").glob("*.jsonl"):
         path.rename(path.with_name(f"{path.stem.split('-')[0]}-{dead}.jsonl"))
     sink.down.clear()
-    again = SinkLogger(config, sink, "servinglib/test", Counts())
+    again = SinkLogger(config, sink, "servinglib/test", Counts())  # adopts at its start
     wait_until(lambda: len(sink.events) == 10, "replay of the adopted spool")
     again.close()
     assert [e["data"]["request_id"] for e in sink.events] == [f"r{i}" for i in range(10)]

@@ -33,7 +33,7 @@ from _cpu import tree_cpu_seconds
 from _load import LoadResult, Server, pooled, run_hey
 from run import HEADER, ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
-from servinglib.monitoring.drift.building import profile_version
+from servinglib.drift_offline.building import profile_version
 
 EXAMPLE = ROOT / "examples/sentence-embeddings"
 SENTENCE = "The quick brown fox jumps over the lazy dog while the server batches requests for speed"

@@ -16,6 +16,7 @@ __all__ = [
     "CALL_SCOPE",
     "PRECOMPUTED_LOOKUP",
     "CallScope",
+    "LoopModel",
     "Model",
     "ModelCaller",
     "ModelSettings",
@@ -231,3 +232,15 @@ class Model(ABC):
     def self_test_cases(self) -> Sequence[SelfTestCase]:
         """Extra self-tests declared in code, run after ``load`` with those of test_data.json."""
         return ()
+
+
+class LoopModel(Model):
+    """A model that answers on the worker's event loop instead of an executor thread.
+
+    The asyncio worker awaits :meth:`predict_async` (composed models await their steps
+    this way); the gthread worker and batch prediction call :meth:`predict`.
+    """
+
+    @abstractmethod
+    async def predict_async(self, features: Any, scope: CallScope | None) -> Any:
+        """Answer one request within ``scope`` (its deadline, request id, priority)."""

@@ -9,9 +9,8 @@ from servinglib.batch._features import FeatureSpec
 from servinglib.batch._layout import OutputLayout
 from servinglib.batch._scoring import BatchScorer
 from servinglib.config.spec import ServiceConfig, load_config
-from servinglib.errors import ModelNotReadyError
-from servinglib.lifecycle.registry import ModelRegistry, VersionRecord, VersionState
-from servinglib.lifecycle.selftest import load_test_data
+from servinglib.lifecycle.registry import VersionRecord
+from servinglib.serving.assembly import Purpose, load_service
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -28,7 +27,9 @@ DEFAULT_BATCH_SIZE = 256  # for models without `batching:`; --batch-size overrid
 def load_version(
     config_path: str, model: str, version: str | None, workers: int
 ) -> tuple[ServiceConfig, VersionRecord]:
-    """Load one version through the registry: artifacts, ``load()``, self-tests, warm-up.
+    """Load one version as a worker would: artifacts, ``load()``, self-tests, warm-up.
+
+    A composed model loads after the models it calls, and calls them through their lanes.
 
     Raises:
         ModelNotReadyError: the version FAILED (a self-test failed, ``load()`` raised ...).
@@ -36,12 +37,8 @@ def load_version(
     config = load_config(config_path)
     # ONNX Runtime sizes its threads by cores / workers, as under gunicorn
     config = dataclasses.replace(config, server=dataclasses.replace(config.server, workers=workers))
-    registry = ModelRegistry(config)
-    record = registry.record(model, version)
-    registry.load_version(registry.model_config(model), record)
-    if record.state is not VersionState.READY:
-        raise ModelNotReadyError(record.model, record.version, record.state.value, record.reason)
-    return config, record
+    loaded = load_service(config, Purpose.SCORE, model=model, version=version)
+    return config, loaded.ready_record(model, version)
 
 
 def release_version(record: VersionRecord) -> None:
@@ -52,13 +49,8 @@ def release_version(record: VersionRecord) -> None:
 
 
 def first_selftest_output(record: VersionRecord) -> Any:
-    """What the version answers to its first self-test input (None without self-tests)."""
-    assert record.instance is not None
-    instance = record.instance
-    cases = load_test_data(record.path) + list(instance.self_test_cases())
-    if not cases:
-        return None
-    return instance.predict_batch([instance.prepare(cases[0].input)])[0]
+    """What the version answered its first self-test input at warm-up (None without any)."""
+    return record.example_output
 
 
 def scorer_for(

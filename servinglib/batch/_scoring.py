@@ -23,7 +23,7 @@ from servinglib.batch._layout import OutputLayout
 from servinglib.batch._validation import BatchValidator
 from servinglib.errors import InvalidInputError
 from servinglib.model import Model
-from servinglib.serving.batching import run_isolating
+from servinglib.serving.isolation import one_per_input, run_isolating
 
 __all__ = ["BatchScorer", "describe_error"]
 
@@ -126,11 +126,9 @@ class BatchScorer:
     def _predict(self, payloads: list[Any], where: Sequence[int]) -> list[Any] | Exception:
         """One ``predict_batch`` over ``payloads`` (rows ``where``): outputs, or what it raised."""
         try:
-            results = self.guard.call(self.model.predict_batch, payloads, where)
-            if len(results) != len(payloads):
-                raise RuntimeError(
-                    f"predict_batch returned {len(results)} results for {len(payloads)} inputs"
-                )
+            results = one_per_input(
+                self.guard.call(self.model.predict_batch, payloads, where), payloads
+            )
         except Exception as e:
             return e
         return list(results)

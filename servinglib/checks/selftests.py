@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from servinglib.checks.serving import ServingCheck, run_serving_checks
-from servinglib.compose.calls import LaneCaller
 from servinglib.config.spec import ServiceConfig
-from servinglib.lifecycle.registry import ModelRegistry, VersionRecord, VersionState
-from servinglib.serving.service import InferenceService
+from servinglib.lifecycle.registry import VersionRecord, VersionState
+from servinglib.serving.assembly import Purpose, load_service
 
 __all__ = ["SelftestRun", "run_all_selftests", "run_selftest_suite"]
 
@@ -19,11 +18,7 @@ def run_all_selftests(config: ServiceConfig) -> list[VersionRecord]:
     Composed models call their members through a service's lanes, as in a worker; those
     stay open (idle threads) so the loaded versions can still answer afterwards.
     """
-    caller = LaneCaller(threads=config.server.threads)
-    registry = ModelRegistry(config, caller=caller)
-    caller.bind(InferenceService(registry))
-    registry.load_all()
-    return [record for name in registry.model_names() for record in registry.records(name)]
+    return load_service(config, Purpose.SELFTEST).records()
 
 
 @dataclass(frozen=True)

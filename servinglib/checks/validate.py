@@ -18,7 +18,7 @@ from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
 from servinglib.model import Model, SelfTestCase
 from servinglib.runtimes.tabular import ARTIFACTS as TABULAR_ARTIFACTS
 from servinglib.runtimes.tabular import artifact_refusal
-from servinglib.shadow.router import make_comparator
+from servinglib.shadow.comparators import make_comparator
 
 __all__ = ["validate_service"]
 

@@ -185,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.optimize.cli import add_parser as add_optimize_parser  # light: argparse only
 
     add_optimize_parser(commands)
-    from servinglib.monitoring.drift_commands import add_parsers as add_drift_parsers
+    from servinglib.drift_offline.commands import add_parsers as add_drift_parsers
 
     add_drift_parsers(commands, _default_config())
 
@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
 
             return run_optimize(args)
         if args.command in ("profile", "drift"):
-            from servinglib.monitoring.drift_commands import run
+            from servinglib.drift_offline.commands import run
 
             return run(args)
         return _selftest(args.config, args.junit)

@@ -8,7 +8,8 @@ own lanes (batcher, instances, deadline, admission) and shares the request's dea
 - :mod:`servinglib.compose.checks`: what ``servinglib validate`` refuses (cycles, unknown
   models, version pins that do not exist, names that do not match).
 - :mod:`servinglib.compose.combiners`: ``mean``, ``weighted_mean``, ``vote``, ``max``.
-- :mod:`servinglib.compose.scheduler`: runs a version's steps, independent ones at once.
+- :mod:`servinglib.compose.order`: the load order of models and the waves of a version's
+  steps (independent steps run at once).
 - :mod:`servinglib.compose.model`: :class:`~servinglib.compose.model.ComposedModel`, the
   Model the registry loads for each composed version.
 - :mod:`servinglib.compose.calls`: calls a member through the service's lane.

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,7 +34,6 @@ from servinglib.errors import (
     VersionNotFoundError,
 )
 from servinglib.lifecycle.importing import import_object
-from servinglib.lifecycle.registry import VersionState
 from servinglib.model import CallScope
 from servinglib.serving.service import InferenceRequest, InferenceService
 
@@ -94,13 +94,8 @@ class LaneCaller:
             ServinglibError: whatever the member's lane raised.
         """
         request = self._request(model, version, inputs, owner, parent)
-        started, ok = self._clock(), False
-        try:
-            output = self._bound().infer(request, _followups(parent)).output
-            ok = True
-            return output
-        finally:
-            self._finished(owner, started, ok)
+        with self._timed(owner):
+            return self._bound().infer(request, _followups(parent)).output
 
     async def call_async(
         self,
@@ -113,13 +108,8 @@ class LaneCaller:
     ) -> Any:
         """:meth:`call` on an event loop: the step's lane is awaited, never waited for."""
         request = self._request(model, version, inputs, owner, parent)
-        started, ok = self._clock(), False
-        try:
-            output = (await self._bound().infer_async(request, _followups(parent))).output
-            ok = True
-            return output
-        finally:
-            self._finished(owner, started, ok)
+        with self._timed(owner):
+            return (await self._bound().infer_async(request, _followups(parent))).output
 
     def _bound(self) -> InferenceService:
         if self._service is None:
@@ -167,10 +157,20 @@ class LaneCaller:
     def _serving(self, owner: tuple[str, str, str]) -> bool:
         """Whether the calling version serves traffic (not self-testing or warming up)."""
         try:
-            record = self._bound().registry.record(owner[0], owner[1])
+            view = self._bound().catalog.view(owner[0], owner[1])
         except ServinglibError:
             return True
-        return record.state is VersionState.READY
+        return view.ready
+
+    @contextmanager
+    def _timed(self, owner: tuple[str, str, str]) -> Iterator[None]:
+        """Time one step call: its usual duration and the listener learn of it."""
+        started, ok = self._clock(), False
+        try:
+            yield
+            ok = True
+        finally:
+            self._finished(owner, started, ok)
 
     def _finished(self, owner: tuple[str, str, str], started: float, ok: bool) -> None:
         seconds = self._clock() - started
@@ -185,7 +185,7 @@ class LaneCaller:
         if self._service is None:
             raise RuntimeError("LaneCaller.bind(service) must run before models load")
         try:
-            self._service.registry.get(model, version)
+            self._service.catalog.ready(model, version)
         except (ModelNotReadyError, VersionNotFoundError, ModelNotFoundError) as e:
             raise ModelLoadError(f"step {step!r} cannot run: {e}") from e
 
@@ -201,7 +201,7 @@ class LaneCaller:
         """Import ``module:name`` the way model classes are imported (custom combiners)."""
         if self._service is None:
             raise RuntimeError("LaneCaller.bind(service) must run before models load")
-        config = self._service.registry.config
+        config = self._service.catalog.config
         return import_object(ref, config.root, config.python_path)
 
     def close(self) -> None:

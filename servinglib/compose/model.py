@@ -34,7 +34,7 @@ from servinglib.errors import (
     ModelLoadError,
     ServinglibError,
 )
-from servinglib.model import CALL_SCOPE, CallScope, Model, ModelCaller
+from servinglib.model import CALL_SCOPE, CallScope, LoopModel, ModelCaller
 
 __all__ = ["ComposedModel", "StepOutputError"]
 
@@ -45,7 +45,7 @@ class StepOutputError(ServinglibError):
     """A step answered something the next step or the answer cannot read."""
 
 
-class ComposedModel(Model):
+class ComposedModel(LoopModel):
     """One version of a ``pipeline:`` or ``ensemble:`` model."""
 
     platform = "ensemble"  # what Triton calls every composed model

@@ -7,7 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 from servinglib.compose.spec import Composition, Step
 
-__all__ = ["load_order", "step_order"]
+__all__ = ["called_models", "load_order", "step_order"]
 
 
 class _Composable(Protocol):
@@ -47,6 +47,19 @@ def _calls(model: _Composable) -> set[str]:
     if model.composition is None:
         return set() if fallback is None else {str(fallback)}
     return {step.model for spec in model.composition.versions.values() for step in spec.steps}
+
+
+def called_models(models: Sequence[M], name: str) -> list[M]:
+    """The models ``name`` calls, directly or through others, in :func:`load_order`."""
+    by_name = {m.name: m for m in models}
+    wanted: set[str] = set()
+    todo = list(_calls(by_name[name])) if name in by_name else []
+    while todo:
+        called = todo.pop()
+        if called in by_name and called not in wanted:
+            wanted.add(called)
+            todo.extend(_calls(by_name[called]))
+    return [m for m in load_order(models) if m.name in wanted]
 
 
 def load_order(models: Sequence[M]) -> list[M]:

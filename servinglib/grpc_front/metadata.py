@@ -1,7 +1,7 @@
 """The answers of the non-inference RPCs: metadata, readiness, configuration, index, statistics.
 
 Each is built from the same sources as its REST route (:mod:`servinglib.http.v2`): the
-registry behind the service, :mod:`servinglib.describe.triton_config`, and for statistics the
+version catalog of the service, :mod:`servinglib.describe.triton_config`, and for statistics the
 Prometheus counters every worker shares (so a statistic is the same whichever worker answers).
 """
 
@@ -18,7 +18,7 @@ from servinglib.describe.triton_config import (
     tensor_metadata,
     triton_model_config,
 )
-from servinglib.errors import InvalidInputError, public_reason
+from servinglib.errors import InvalidInputError
 from servinglib.grpc_front.proto import inference_pb2 as pb
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceService
@@ -54,20 +54,19 @@ def model_ready(service: InferenceService, request: Any) -> Any:
     Raises:
         ModelNotFoundError, VersionNotFoundError: no such model or version.
     """
-    record = service.registry.record(request.name, _version(request.version))
-    return pb.ModelReadyResponse(ready=record.ready is not None)
+    view = service.catalog.view(request.name, _version(request.version))
+    return pb.ModelReadyResponse(ready=view.ready)
 
 
 def model_metadata(service: InferenceService, request: Any) -> Any:
     """Name, ready versions, platform and tensor signature of a model."""
-    registry = service.registry
-    record = registry.get(request.name, _version(request.version))
-    instance = record.instance
-    rows = splits_rows(instance.inputs, registry.model_config(request.name).batching)
+    catalog = service.catalog
+    instance = catalog.ready(request.name, _version(request.version)).instance
+    rows = splits_rows(instance.inputs, catalog.model_config(request.name).batching)
     platform = getattr(instance, "platform", "")
     return pb.ModelMetadataResponse(
         name=request.name,
-        versions=[r.version for r in registry.records(request.name) if r.ready is not None],
+        versions=[v.version for v in catalog.views(request.name) if v.ready],
         platform=platform if isinstance(platform, str) and platform else "servinglib_python",
         inputs=[tensor_metadata(spec, rows) for spec in instance.inputs],
         outputs=[tensor_metadata(spec, rows) for spec in instance.outputs],
@@ -76,22 +75,22 @@ def model_metadata(service: InferenceService, request: Any) -> Any:
 
 def model_config(service: InferenceService, request: Any) -> Any:
     """Triton's model configuration, the document ``/v2/models/{m}/config`` answers."""
-    registry = service.registry
+    catalog = service.catalog
     version = _version(request.version)
     config = combiner_config_of(  # an ensemble's combiner step: perf_analyzer reads it too
-        request.name, service.models, lambda base: registry.get(base, version).instance
+        request.name, service.models, lambda base: catalog.ready(base, version).instance
     )
     if config is None:
-        record = registry.get(request.name, version)
-        settings = registry.model_config(request.name)
+        record = catalog.ready(request.name, version)
+        settings = catalog.model_config(request.name)
         config = triton_model_config(  # an ensemble's scheduling included
             request.name,
             record.instance,
             record.instance.inputs,
             record.instance.outputs,
             settings.batching,
-            [r.version for r in registry.records(request.name)],
-            registry.default_version(request.name),
+            [v.version for v in catalog.views(request.name)],
+            catalog.default_version(request.name),
             settings.input_schema,
         )
     message = pb.ModelConfig()
@@ -106,18 +105,13 @@ def repository_index(service: InferenceService, request: Any) -> Any:
             f"repository {request.repository_name!r} does not exist; servinglib serves one "
             "repository: leave repository_name empty"
         )
-    registry = service.registry
+    catalog = service.catalog
     response = pb.RepositoryIndexResponse()
-    for name in registry.model_names():
-        for record in registry.records(name):
-            if request.ready and record.ready is None:
+    for name in catalog.model_names():
+        for view in catalog.views(name):
+            if request.ready and not view.ready:
                 continue
-            response.models.add(
-                name=name,
-                version=record.version,
-                state=record.state.value,
-                reason=public_reason(record.reason) if record.reason else "",
-            )
+            response.models.add(name=name, **view.listing())
     return response
 
 
@@ -138,15 +132,15 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
     Raises:
         ModelNotFoundError, VersionNotFoundError: the request names neither.
     """
-    registry = service.registry
-    names = [request.name] if request.name else registry.model_names()
+    catalog = service.catalog
+    names = [request.name] if request.name else catalog.model_names()
     wanted: dict[tuple[str, str], None] = {}
     for name in names:
         if request.version:
-            registry.record(name, request.version)  # a 404 for an unknown version
+            catalog.view(name, request.version)  # a 404 for an unknown version
             wanted[(name, request.version)] = None
         else:
-            wanted.update(((name, r.version), None) for r in registry.records(name))
+            wanted.update(((name, v.version), None) for v in catalog.views(name))
     counts: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for sample, labels, value in metrics.samples(
         "servinglib_requests",
@@ -169,7 +163,7 @@ def model_statistics(service: InferenceService, metrics: ServingMetrics, request
         seconds = c["servinglib_request_duration_seconds_sum"]
         success_ns = int(seconds * _SECONDS_TO_NS * c["success"] / answered) if answered else 0
         fail_ns = int(seconds * _SECONDS_TO_NS) - success_ns if answered else 0
-        batching = registry.model_config(name).batching is not None
+        batching = catalog.model_config(name).batching is not None
         success = int(c["success"])
         stats = response.model_stats.add(
             name=name,

@@ -1,7 +1,8 @@
 """Per-request bookkeeping shared by every route: request id and the JSON access log.
 
 Inference requests are recorded by the exchange (:mod:`servinglib.http._exchange`); the
-Flask routes (probes, metadata, metrics) get their request id and access-log line here.
+Flask routes (probes, metadata, metrics) get theirs through :mod:`servinglib.http.flask_glue`.
+Nothing here knows Flask: the gRPC front end and the event-loop worker use it too.
 """
 
 from __future__ import annotations
@@ -9,14 +10,10 @@ from __future__ import annotations
 import logging
 import random
 import re
-import time
-
-from flask import Flask, Response, g, request
 
 __all__ = [
     "REQUEST_ID_HEADER",
     "VERSION_HEADER",
-    "install_request_context",
     "log_request",
     "request_id_from",
 ]
@@ -69,35 +66,3 @@ def log_request(
         protocol=protocol,
     )
     access_log.handle(record)
-
-
-def install_request_context(app: Flask) -> None:
-    """Attach request ids and access logging to ``app``."""
-
-    @app.before_request
-    def _start() -> None:
-        state = g._get_current_object()  # one proxy lookup, not one per attribute
-        state.started = time.perf_counter()
-        state.request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
-
-    @app.after_request
-    def _finish(response: Response) -> Response:
-        state = g._get_current_object()
-        elapsed = time.perf_counter() - getattr(state, "started", time.perf_counter())
-        request_id = getattr(state, "request_id", "") or request_id_from(None)
-        response.headers[REQUEST_ID_HEADER] = request_id
-        version = getattr(state, "version", "")
-        if version:
-            response.headers[VERSION_HEADER] = version
-        environ = request.environ
-        log_request(
-            request_id,
-            environ["REQUEST_METHOD"],
-            environ.get("PATH_INFO", ""),
-            response.status_code,
-            elapsed,
-            "",
-            version,
-            "",
-        )
-        return response

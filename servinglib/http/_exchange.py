@@ -41,6 +41,9 @@ from servinglib.wire.content_coding import (
 
 __all__ = ["Endpoints", "Exchange", "Reply"]
 
+# what an undecodable body is answered with, by what is wrong with it
+_CODING_STATUS = {"unsupported": 415, "invalid": 400, "too_large": 413}
+
 Header = Callable[[str], str | None]
 PRECOMPUTED_HEADER = "x-servinglib-precomputed"  # hit | miss: how runtime: precomputed answered
 Match = tuple[JsonProtocol, str | None, str | None]  # protocol, model and version of a path
@@ -221,7 +224,7 @@ class Exchange:
             try:
                 raw = decode_body(raw, coding, self._endpoints.max_body)
             except ContentCodingError as e:
-                raise HttpError(e.status, str(e)) from None
+                raise HttpError(_CODING_STATUS[e.problem], str(e)) from None
         return self._parse_decoded(raw)
 
     def parse_small(self, raw: bytes, small: int) -> InferenceRequest | None:
@@ -238,7 +241,7 @@ class Exchange:
             try:
                 decoded = decode_small_body(raw, coding, self._endpoints.max_body, small)
             except ContentCodingError as e:
-                raise HttpError(e.status, str(e)) from None
+                raise HttpError(_CODING_STATUS[e.problem], str(e)) from None
             if decoded is None:
                 return None
             raw = decoded

@@ -4,41 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app, request
-from werkzeug.exceptions import HTTPException
-
 from servinglib.errors import InvalidInputError
 from servinglib.http.errors import HttpError
-from servinglib.wire.strict_json import parse_json
 
 __all__ = [
     "ENVOY_TIMEOUT_HEADER",
     "check_transfer_coding",
     "envoy_timeout_ms",
-    "json_body",
-    "request_bytes",
     "request_priority",
 ]
 
 ENVOY_TIMEOUT_HEADER = "x-envoy-expected-rq-timeout-ms"
-
-
-def json_body() -> Any:
-    """The Flask request's body parsed as strict JSON (400 naming the problem otherwise)."""
-    return parse_json(request_bytes(), current_app.config["SERVINGLIB_MAX_JSON_DEPTH"])
-
-
-def request_bytes() -> bytes:
-    """The Flask request's body (a body the server cannot read is a 400, not a 500)."""
-    try:
-        raw = request.get_data(cache=True)
-    except HTTPException:  # 413 from the declared length
-        raise
-    # The server's reader raises its own errors (gunicorn's are not OSError) for a bad
-    # chunk size, a missing terminator or a lost client: all the client's doing.
-    except Exception as e:
-        raise HttpError(400, f"the request body could not be read: {e}") from None
-    return raw
 
 
 def check_transfer_coding(value: str | None) -> None:

@@ -9,13 +9,11 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from servinglib.config.spec import ServerConfig
 from servinglib.describe.openapi import openapi_document
-from servinglib.errors import public_reason
-from servinglib.http._context import install_request_context
 from servinglib.http._exchange import Endpoints
 from servinglib.http._payload import check_transfer_coding
 from servinglib.http.asgi import AsgiFrontEnd
 from servinglib.http.drift import drift_blueprint
-from servinglib.http.errors import register_error_handlers
+from servinglib.http.flask_glue import install_request_context, register_error_handlers
 from servinglib.http.v2 import v2_blueprint
 from servinglib.http.wsgi import WsgiFrontEnd
 from servinglib.monitoring.metrics import ServingMetrics
@@ -63,16 +61,16 @@ def metrics() -> Response:
 @ops_blueprint.get("/openapi.json")
 def openapi() -> Response:
     """OpenAPI 3.1 description of every public endpoint and each model's input schema."""
-    registry = _service().registry
+    catalog = _service().catalog
     declared = {
         name: {
-            record.version: record.ready.instance
-            for record in registry.records(name)
-            if record.ready is not None
+            v.version: catalog.ready(name, v.version).instance
+            for v in catalog.views(name)
+            if v.ready
         }
-        for name in registry.model_names()
+        for name in catalog.model_names()
     }
-    return jsonify(openapi_document(registry.config, declared))
+    return jsonify(openapi_document(catalog.config, declared))
 
 
 def _service() -> InferenceService:
@@ -85,19 +83,15 @@ def _refuse_transfer_codings() -> None:
 
 
 def _model_states() -> list[dict[str, Any]]:
-    registry = current_app.extensions["servinglib.serving.service"].registry
-    out = []
-    for name in registry.model_names():
-        versions = []
-        for record in registry.records(name):
-            entry: dict[str, Any] = {"version": record.version, "state": record.state.value}
-            if record.reason:
-                entry["reason"] = public_reason(record.reason)
-            versions.append(entry)
-        out.append(
-            {"name": name, "default_version": registry.default_version(name), "versions": versions}
-        )
-    return out
+    catalog = _service().catalog
+    return [
+        {
+            "name": name,
+            "default_version": catalog.default_version(name),
+            "versions": [view.listing() for view in catalog.views(name)],
+        }
+        for name in catalog.model_names()
+    ]
 
 
 def create_app(

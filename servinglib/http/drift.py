@@ -5,7 +5,6 @@ from __future__ import annotations
 from flask import Blueprint, Response, current_app, jsonify
 
 from servinglib.http.errors import error_body
-from servinglib.monitoring.drift import DriftMonitor
 from servinglib.serving.service import InferenceService
 
 __all__ = ["drift_blueprint"]
@@ -17,9 +16,7 @@ drift_blueprint = Blueprint("drift", __name__)
 def version_drift(model: str, version: str) -> Response:
     """PSI and Jensen-Shannon distance per field over the window, across every worker."""
     service: InferenceService = current_app.extensions["servinglib.serving.service"]
-    service.registry.record(model, version)  # 404 for an unknown model or version
-    monitor = service.drift
-    report = monitor.report(model, version) if isinstance(monitor, DriftMonitor) else None
+    report = service.drift_report(model, version)  # 404 for an unknown model or version
     if report is None:
         message = (
             f"model {model!r} version {version!r} has no reference profile; build one with "

@@ -1,8 +1,10 @@
 """The one place that maps errors to HTTP answers; every error body is JSON.
 
 :func:`describe` turns any exception into a status, a JSON body, extra headers and the
-metric outcome. The inference exchange (WSGI and event loop alike) and the Flask routes
-both use it, so a given error reads the same on every transport.
+metric outcome. The inference exchange (WSGI and event loop alike), the gRPC front end
+and the Flask routes all use it, so a given error reads the same on every transport. It
+knows no web framework: :mod:`servinglib.http.flask_glue` turns Werkzeug's own errors
+into :class:`HttpError` first.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ import uuid
 from dataclasses import dataclass, field
 
 import orjson
-from flask import Flask, Response, g
-from werkzeug.exceptions import HTTPException
 
 from servinglib.errors import (
     DeadlineExceededError,
@@ -34,7 +34,6 @@ __all__ = [
     "HttpError",
     "describe",
     "error_body",
-    "register_error_handlers",
     "too_large",
 ]
 
@@ -121,29 +120,17 @@ def describe(error: BaseException) -> Described:
             outcome = "nonfinite_output"  # the operator's signal: a model answering NaN
         return Described(status, error_body(str(error)), outcome, headers, version)
     if isinstance(error, HttpError):
-        outcome = OUTCOMES.get(error.status, "server_error")
+        outcome = OUTCOMES.get(
+            error.status, "invalid_input" if error.status < 500 else "server_error"
+        )
         return Described(error.status, error_body(str(error)), outcome, error.headers)
-    if isinstance(error, HTTPException) and error.code is not None and error.code < 400:
-        # Werkzeug redirects (merged slashes, a missing trailing slash) would build a
-        # Location from the client's Host header: every path is either served or a 404.
-        return Described(404, error_body(_NOT_FOUND), "not_found")
-    if isinstance(error, HTTPException) and error.code == 404:
-        return Described(404, error_body(_NOT_FOUND), "not_found")
-    if isinstance(error, HTTPException) and error.code is not None and error.code < 500:
-        kept = tuple(  # e.g. Allow on 405, kept per RFC 9110
-            (k, v) for k, v in error.get_headers() if k.lower() != "content-type"
-        )
-        message = error.description or error.name
-        return Described(
-            error.code, error_body(message), OUTCOMES.get(error.code, "invalid_input"), kept
-        )
     error_id = uuid.uuid4().hex[:12]
     log.error("unhandled error (error id %s)", error_id, exc_info=error)
     message = f"internal server error; see the server log for error id {error_id}"
     return Described(500, error_body(message), "server_error")
 
 
-_NOT_FOUND = (
+NOT_FOUND_MESSAGE = (
     "no such path; predictions are POST /infer (features as JSON) or POST "
     "/v2/models/{model}/infer (Open Inference); GET /models lists the models, /livez and "
     "/readyz are the probes, /metrics the metrics; /openapi.json describes every path"
@@ -155,19 +142,3 @@ def _status_for(error: ServinglibError) -> int:
         if isinstance(error, cls):
             return status
     return 500
-
-
-def register_error_handlers(app: Flask) -> None:
-    """Answer every exception of a Flask route through :func:`describe`."""
-
-    @app.errorhandler(Exception)
-    def _any(error: Exception) -> Response:
-        if isinstance(error, HTTPException) and error.code == 413:
-            error = too_large(app.config["MAX_CONTENT_LENGTH"])
-        described = describe(error)
-        if described.version:
-            g.version = described.version
-        response = Response(described.body, described.status, mimetype="application/json")
-        for name, value in described.headers:
-            response.headers[name] = value
-        return response

@@ -11,8 +11,8 @@ from servinglib.describe.triton_config import (
     tensor_metadata,
     triton_model_config,
 )
-from servinglib.errors import InvalidInputError, public_reason
-from servinglib.http._payload import json_body, request_bytes
+from servinglib.errors import InvalidInputError
+from servinglib.http.flask_glue import json_body, request_bytes
 from servinglib.serving.service import InferenceService
 from servinglib.wire.batch_rows import splits_rows
 
@@ -68,10 +68,10 @@ def ready() -> Response:
 @v2_blueprint.get("/models/<model>/versions/<version>")
 def model_metadata(model: str, version: str | None = None) -> Response:
     """Name, ready versions, platform and tensor signature of a model."""
-    service = _service()
-    record = service.registry.get(model, version)
-    ready_versions = [r.version for r in service.registry.records(model) if r.ready is not None]
-    rows = splits_rows(record.instance.inputs, service.registry.model_config(model).batching)
+    catalog = _service().catalog
+    record = catalog.ready(model, version)
+    ready_versions = [v.version for v in catalog.views(model) if v.ready]
+    rows = splits_rows(record.instance.inputs, catalog.model_config(model).batching)
     return jsonify(
         name=model,
         versions=ready_versions,
@@ -85,8 +85,7 @@ def model_metadata(model: str, version: str | None = None) -> Response:
 @v2_blueprint.get("/models/<model>/versions/<version>/ready")
 def model_ready(model: str, version: str | None = None) -> Response:
     """200 when that version (default: the default version) is READY, else 400."""
-    record = _service().registry.record(model, version)
-    return _empty(200 if record.ready is not None else 400)
+    return _empty(200 if _service().catalog.view(model, version).ready else 400)
 
 
 @v2_blueprint.get("/models/<model>/config")
@@ -98,21 +97,22 @@ def model_config(model: str, version: str | None = None) -> Response:
     (perf_analyzer) read the configuration of every step.
     """
     service = _service()
+    catalog = service.catalog
     combiner = combiner_config_of(
-        model, service.models, lambda base: service.registry.get(base, version).instance
+        model, service.models, lambda base: catalog.ready(base, version).instance
     )
     if combiner is not None:
         return jsonify(combiner)
-    record = service.registry.get(model, version)
-    settings = service.registry.model_config(model)
+    record = catalog.ready(model, version)
+    settings = catalog.model_config(model)
     config = triton_model_config(
         model,
         record.instance,
         record.instance.inputs,
         record.instance.outputs,
         settings.batching,
-        [r.version for r in service.registry.records(model)],
-        service.registry.default_version(model),
+        [v.version for v in catalog.views(model)],
+        catalog.default_version(model),
         settings.input_schema,
     )
     return jsonify(config)
@@ -125,16 +125,13 @@ def repository_index() -> Response:
     if not isinstance(options, dict) or not isinstance(options.get("ready", False), bool):
         raise InvalidInputError('the body must be an object like {"ready": true}')
     ready_only = options.get("ready") is True
-    registry = _service().registry
-    entries = []
-    for name in registry.model_names():
-        for record in registry.records(name):
-            if ready_only and record.ready is None:
-                continue
-            entry = {"name": name, "version": record.version, "state": record.state.value}
-            if record.reason:
-                entry["reason"] = public_reason(record.reason)
-            entries.append(entry)
+    catalog = _service().catalog
+    entries = [
+        {"name": name, **view.listing()}
+        for name in catalog.model_names()
+        for view in catalog.views(name)
+        if view.ready or not ready_only
+    ]
     return jsonify(entries)
 
 

@@ -11,15 +11,11 @@ ready when every model's ``default_version`` is READY.
 
 from __future__ import annotations
 
-import enum
 import gc
 import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
 from servinglib.compose.order import load_order
 from servinglib.config.spec import ModelConfig, ServiceConfig
@@ -42,13 +38,19 @@ from servinglib.lifecycle.importing import import_model_class
 from servinglib.lifecycle.load_timeout import LoadFailedError as _LoadFailedError
 from servinglib.lifecycle.load_timeout import with_timeout as _with_timeout
 from servinglib.lifecycle.selftest import (
-    SelfTestReport,
     compare_outputs,
     load_test_data,
     run_selftests,
 )
 from servinglib.lifecycle.tracebacks import user_frame
+from servinglib.lifecycle.versions import (
+    LifecycleListener,
+    ReadyVersion,
+    VersionRecord,
+    VersionState,
+)
 from servinglib.model import Model, ModelCaller, ModelSettings, SelfTestCase
+from servinglib.serving.isolation import BatchAnswerError, one_per_input
 
 __all__ = [
     "NAME_PATTERN",
@@ -61,64 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("servinglib.lifecycle.registry")
-
-
-class VersionState(enum.Enum):
-    """Where a model version is in its lifecycle."""
-
-    DISCOVERED = "DISCOVERED"
-    LOADING = "LOADING"
-    SELF_TEST = "SELF_TEST"
-    WARMING = "WARMING"
-    READY = "READY"
-    FAILED = "FAILED"
-
-
-class LifecycleListener(Protocol):
-    """Told about lifecycle events; the metrics layer implements it."""
-
-    def version_state(self, model: str, version: str, state: VersionState) -> None:
-        """A version entered ``state``."""
-
-    def version_loaded(self, model: str, version: str, duration_s: float) -> None:
-        """``load()`` returned after ``duration_s`` seconds."""
-
-    def version_self_tested(
-        self, model: str, version: str, duration_s: float, passed: bool
-    ) -> None:
-        """The self-tests of a version ran."""
-
-
-@dataclass(frozen=True)
-class ReadyVersion:
-    """A READY version, as the request path sees it: its instance is always there.
-
-    ``copies`` are the exclusive instances of ``instances: N`` (``copies[0]`` is
-    ``instance``).
-    """
-
-    model: str
-    version: str
-    path: Path
-    instance: Model
-    copies: tuple[Model, ...]
-
-
-@dataclass
-class VersionRecord:
-    """One version of one model in this worker (``ready`` is set while it is READY)."""
-
-    model: str
-    version: str
-    path: Path
-    state: VersionState = VersionState.DISCOVERED
-    reason: str = ""
-    instance: Model | None = None
-    copies: list[Model] = field(default_factory=list)
-    load_s: float = 0.0
-    selftest_s: float = 0.0
-    report: SelfTestReport = field(default_factory=SelfTestReport)
-    ready: ReadyVersion | None = None
 
 
 class ModelRegistry:
@@ -425,11 +369,12 @@ class ModelRegistry:
         """Exercise the batch path with the self-test inputs; it must agree with predict()."""
         if not cases:
             return
-        outputs = instance.predict_batch([instance.prepare(case.input) for case in cases])
-        if len(outputs) != len(cases):
-            raise _LoadFailedError(
-                f"predict_batch returned {len(outputs)} results for {len(cases)} inputs"
+        try:
+            outputs = one_per_input(
+                instance.predict_batch([instance.prepare(case.input) for case in cases]), cases
             )
+        except BatchAnswerError as e:
+            raise _LoadFailedError(str(e)) from None
         for case, output in zip(cases, outputs, strict=True):
             problems = compare_outputs(case.expected, output, case.tolerance)
             if problems:
@@ -437,6 +382,7 @@ class ModelRegistry:
                     f"predict_batch disagrees with the expected output of self-test "
                     f"{case.name!r}: {problems[0]}"
                 )
+        record.example_output = outputs[0]
 
     def _set_state(self, record: VersionRecord, state: VersionState) -> None:
         with self._lock:

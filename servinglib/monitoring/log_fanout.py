@@ -25,40 +25,33 @@ def _fraction(request_id: str) -> float:
 
 
 class PredictionLogs:
-    """Fans records out to ``loggers`` (a ``PredictionRecorder`` and ``ShadowRecorder``)."""
+    """Fans records out to ``loggers`` (an ``AnswerRecorder``)."""
 
     def __init__(self, loggers: Sequence[PredictionLogger]) -> None:
         self.loggers = tuple(loggers)
         self._rates = [logger.sample_rate for logger in self.loggers]
 
     def sampled(self) -> bool:
-        """True: each log draws per request id in :meth:`record_prediction`."""
+        """True: each log draws per request id in :meth:`record_answer`."""
         return True
 
     def _takers(self, request_id: str) -> list[PredictionLogger]:
         draw = _fraction(request_id)
         return [lg for lg, rate in zip(self.loggers, self._rates, strict=True) if draw < rate]
 
-    def record_prediction(
-        self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
-    ) -> None:
-        """Queue a primary answer in every log that samples ``request_id``."""
-        for logger in self._takers(request_id):
-            logger.record_prediction(request_id, model, version, features, output, seconds)
-
-    def record_shadow(
+    def record_answer(
         self,
         request_id: str,
         model: str,
-        shadow: str,
-        primary: str,
+        version: str,
         features: Any,
         output: Any,
         seconds: float,
+        shadow_of: str | None = None,
     ) -> None:
-        """Queue a shadow answer in every log that samples ``request_id``."""
+        """Queue an answer in every log that samples ``request_id``."""
         for logger in self._takers(request_id):
-            logger.record_shadow(request_id, model, shadow, primary, features, output, seconds)
+            logger.record_answer(request_id, model, version, features, output, seconds, shadow_of)
 
     def close(self) -> None:
         """Drain every log (each flushes, or spools what its sink does not take)."""

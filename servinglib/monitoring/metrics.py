@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from servinglib.config.spec import ServiceConfig
 from servinglib.lifecycle.registry import VersionState
 from servinglib.monitoring.metric_specs import METRIC_SPECS, MetricSpec
-from servinglib.shadow.router import Comparison
+from servinglib.shadow.comparators import Comparison
 
 __all__ = [
     "METRIC_SPECS",

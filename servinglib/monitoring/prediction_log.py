@@ -280,30 +280,20 @@ class PredictionLogger:
         with self._buffered_lock:
             self._buffered -= size
 
-    def record_prediction(
-        self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
-    ) -> None:
-        """Log a primary answer (a :class:`~servinglib.serving.service.PredictionRecorder`)."""
-        self.record(
-            PredictionRecord(
-                request_id, time.time(), model, version, None, features, output, seconds * 1000
-            )
-        )
-
-    def record_shadow(
+    def record_answer(
         self,
         request_id: str,
         model: str,
-        shadow: str,
-        primary: str,
+        version: str,
         features: Any,
         output: Any,
         seconds: float,
+        shadow_of: str | None = None,
     ) -> None:
-        """Log a shadow answer (a :class:`~servinglib.shadow.router.ShadowRecorder`)."""
+        """Log an answer (an :class:`~servinglib.serving.recording.AnswerRecorder`)."""
         self.record(
             PredictionRecord(
-                request_id, time.time(), model, shadow, primary, features, output, seconds * 1000
+                request_id, time.time(), model, version, shadow_of, features, output, seconds * 1000
             )
         )
 

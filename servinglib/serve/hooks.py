@@ -202,12 +202,12 @@ def post_worker_init(worker: Any) -> None:
 
     serving = getattr(worker, "serving", None)  # servinglib's worker classes keep their Worker
     if serving is not None:
-        report_worker_ready(serving.service.registry)
+        report_worker_ready(serving.service.catalog)
         return
     # A stock gunicorn worker serving servinglib.serve.wsgi:app: the app holds the service.
     extensions = getattr(getattr(worker, "wsgi", None), "extensions", None)
     if isinstance(extensions, dict) and "servinglib.serving.service" in extensions:
-        report_worker_ready(extensions["servinglib.serving.service"].registry)
+        report_worker_ready(extensions["servinglib.serving.service"].catalog)
 
 
 def worker_exit(server: Any, worker: Any) -> None:

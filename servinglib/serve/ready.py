@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from servinglib.serving.catalog import VersionCatalog
+
 __all__ = ["NOTE_ENV", "READY_DIR_ENV", "format_ready", "report_worker_ready", "watch_workers"]
 
 READY_DIR_ENV = "SERVINGLIB_READY_DIR"
@@ -31,18 +33,18 @@ NOTE_ENV = "SERVINGLIB_READY_NOTE"
 POLL_S = 0.1
 
 
-def report_worker_ready(registry: Any) -> None:
-    """Worker side: write this worker's version states (``registry``: its model registry)."""
+def report_worker_ready(catalog: VersionCatalog | None) -> None:
+    """Worker side: write this worker's version states (``catalog``: its service's)."""
     directory = os.environ.get(READY_DIR_ENV)
-    if not directory or registry is None:
+    if not directory or catalog is None:
         return
     models = {}
-    for name in registry.model_names():
-        records = registry.records(name)
+    for name in catalog.model_names():
+        views = catalog.views(name)
         models[name] = {
-            "default": registry.default_version(name),
-            "ready": [r.version for r in records if r.state.value == "READY"],
-            "failed": [r.version for r in records if r.state.value == "FAILED"],
+            "default": catalog.default_version(name),
+            "ready": [v.version for v in views if v.state == "READY"],
+            "failed": [v.version for v in views if v.state == "FAILED"],
         }
     path = Path(directory) / f"{os.getpid()}.json"
     partial = path.with_suffix(".tmp")

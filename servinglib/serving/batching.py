@@ -1,19 +1,8 @@
 """DynamicBatcher: Triton-style dynamic batching with threads (gunicorn gthread workers).
 
 Requests of one model version queue up; executor threads (one per model instance) take
-them in batches and call ``predict_batch`` once per batch. A batch is dispatched when
-
-* it is full (``max_batch_size``, or the largest ``preferred_batch_sizes`` available), or
-* its oldest request has waited ``max_queue_delay_us``, or
-* no other request is on its way (announced with :meth:`DynamicBatcher.incoming`) and it
-  holds at least as many requests as the previous batch: waiting cannot be expected to grow
-  it, so a lone client is never taxed with the queue delay (unlike a fixed window).
-
-The second half of the last rule is for callers that cannot announce requests (an event
-loop parses each request in one step): clients answered by the previous batch send their
-next requests within a moment, and dispatching the first of them alone would split every
-round into a batch of one and a batch of the rest. It forgets the previous batch after
-ten queue delays without one, so a lone request after a quiet spell never waits.
+them in batches and call ``predict_batch`` once per batch, when
+:func:`~servinglib.serving.dispatch_rule.dispatch_size` says a batch should go.
 
 Calls always run on the executor threads, never on the caller's, so the caller can answer
 504 at the deadline whether or not the call started.
@@ -38,8 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from servinglib.config.spec import BatchPolicy
 from servinglib.errors import (
@@ -48,7 +36,15 @@ from servinglib.errors import (
     OverloadedError,
     ServinglibError,
 )
+from servinglib.serving.dispatch_rule import dispatch_size
 from servinglib.serving.isolation import run_isolating
+from servinglib.serving.queue_items import (
+    Arrival,
+    BatchListener,
+    QueuedItem,
+    ReleaseOrder,
+    settle,
+)
 
 __all__ = ["Arrival", "BatchFunction", "BatchListener", "DynamicBatcher", "run_isolating"]
 
@@ -62,44 +58,6 @@ _SMOOTHING = 0.1  # weight of the newest batch in the moving average of batch du
 # busy, while a request admitted too optimistically does its work and still answers 504.
 _ESTIMATE_MARGIN = 1.5
 _CLOSE_POLL_S = 0.05  # how often close() looks again whether a busy runner was abandoned
-
-
-class BatchListener(Protocol):
-    """Told about queues and batches; the metrics layer implements it."""
-
-    def batch_executed(self, model: str, version: str, size: int) -> None:
-        """A batch of ``size`` requests was run."""
-
-    def request_queued(self, model: str, version: str, seconds: float) -> None:
-        """A request waited ``seconds`` in the queue before its batch ran."""
-
-    def queue_depth(self, model: str, version: str, depth: int) -> None:
-        """The queue now holds ``depth`` requests."""
-
-
-@dataclass
-class _Item:
-    payload: Any
-    future: Future[Any]
-    enqueued: float
-    deadline: float | None
-    sequence: int
-    priority: int
-
-
-@dataclass
-class Arrival:
-    """A request announced by :meth:`DynamicBatcher.incoming`; ``submit`` consumes it."""
-
-    pending: bool = True
-
-
-@dataclass
-class _Ordering:
-    """Releases results in submission order (``preserve_ordering``)."""
-
-    next_sequence: int = 0
-    done: dict[int, tuple[_Item, Any, BaseException | None]] = field(default_factory=dict)
 
 
 class DynamicBatcher:
@@ -131,12 +89,14 @@ class DynamicBatcher:
         self._clock = clock
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
-        self._queues: list[deque[_Item]] = [deque() for _ in range(max(1, policy.priority_levels))]
+        self._queues: list[deque[QueuedItem]] = [
+            deque() for _ in range(max(1, policy.priority_levels))
+        ]
         self._size = 0
         self._incoming = 0
         self._closed = False
         self._sequence = itertools.count()
-        self._ordering = _Ordering()
+        self._ordering = ReleaseOrder()
         self._running = 0  # batches being run by executor threads
         self._last_size = 0  # requests in the previous batch, and when it was dispatched
         self._last_dispatch = float("-inf")
@@ -222,7 +182,7 @@ class DynamicBatcher:
             if arrival is not None and arrival.pending:
                 arrival.pending = False
                 self._incoming -= 1
-            item = _Item(payload, future, self._clock(), deadline, next(self._sequence), level)
+            item = QueuedItem(payload, future, self._clock(), deadline, next(self._sequence), level)
             self._queues[level].append(item)
             self._size += 1
             depth = self._size
@@ -264,8 +224,8 @@ class DynamicBatcher:
         return len(self._lost) == len(self._runners)
 
     # --- consumer side -------------------------------------------------------------------
-    def _take(self, count: int) -> list[_Item]:
-        taken: list[_Item] = []
+    def _take(self, count: int) -> list[QueuedItem]:
+        taken: list[QueuedItem] = []
         for queue in self._queues:
             while queue and len(taken) < count:
                 taken.append(queue.popleft())
@@ -277,26 +237,20 @@ class DynamicBatcher:
 
     def _batch_size_now(self) -> int | None:
         """How many to dispatch now, or None to keep waiting (call with the lock held)."""
-        policy = self.policy
-        n = self._size
-        if n == 0:
+        if self._size == 0:
             return None
-        if n >= policy.max_batch_size:
-            return policy.max_batch_size
-        fitting = [p for p in policy.preferred_batch_sizes if p <= n]
-        if fitting and n >= max(policy.preferred_batch_sizes):
-            return max(fitting)
-        if self._closed:
-            return n
-        delay = policy.max_queue_delay_us / 1e6
         now = self._clock()
-        if self._incoming == 0 and (n >= self._last_size or now - self._last_dispatch > 10 * delay):
-            return n  # nobody else is coming: waiting cannot grow the batch
-        if now - self._oldest() >= delay:
-            return n
-        return None
+        return dispatch_size(
+            self.policy,
+            queued=self._size,
+            closed=self._closed,
+            announced=self._incoming,
+            last_size=self._last_size,
+            since_last_dispatch_s=now - self._last_dispatch,
+            oldest_wait_s=now - self._oldest(),
+        )
 
-    def next_batch(self, timeout: float | None = None) -> list[_Item] | None:
+    def next_batch(self, timeout: float | None = None) -> list[QueuedItem] | None:
         """Block until a batch is due (None when closed and drained, or on ``timeout``)."""
         with self._lock:
             waited_until = None if timeout is None else self._clock() + timeout
@@ -325,7 +279,7 @@ class DynamicBatcher:
             self._listener.queue_depth(*self._name, depth)
         return batch
 
-    def run(self, batch: list[_Item], run_batch: BatchFunction, runner: int = 0) -> None:
+    def run(self, batch: list[QueuedItem], run_batch: BatchFunction, runner: int = 0) -> None:
         """Run one batch from :meth:`next_batch` on ``runner``: skip expired requests,
         isolate poison inputs, and time it (the watchdog and admission read the timings)."""
         started = self._clock()
@@ -346,7 +300,7 @@ class DynamicBatcher:
                 # burst the version cannot answer in time
                 self._batch_s += (_SMOOTHING if self._batch_s else 1.0) * (took - self._batch_s)
 
-    def _run_batch(self, batch: list[_Item], run_batch: BatchFunction) -> None:
+    def _run_batch(self, batch: list[QueuedItem], run_batch: BatchFunction) -> None:
         now = self._clock()
         live = []
         for item in batch:
@@ -368,7 +322,7 @@ class DynamicBatcher:
         if live:
             self._run_isolating(live, run_batch)
 
-    def _run_isolating(self, items: list[_Item], run_batch: BatchFunction) -> None:
+    def _run_isolating(self, items: list[QueuedItem], run_batch: BatchFunction) -> None:
         def executed(size: int) -> None:
             if self._listener:
                 self._listener.batch_executed(*self._name, size)
@@ -377,9 +331,9 @@ class DynamicBatcher:
         for item, (output, error) in zip(items, results, strict=True):
             self._resolve(item, output, error)
 
-    def _resolve(self, item: _Item, output: Any, error: BaseException | None) -> None:
+    def _resolve(self, item: QueuedItem, output: Any, error: BaseException | None) -> None:
         if not self.policy.preserve_ordering:
-            _settle(item, output, error)
+            settle(item, output, error)
             return
         with self._lock:
             ordering = self._ordering
@@ -389,7 +343,7 @@ class DynamicBatcher:
                 ready.append(ordering.done.pop(ordering.next_sequence))
                 ordering.next_sequence += 1
         for done_item, done_output, done_error in ready:
-            _settle(done_item, done_output, done_error)
+            settle(done_item, done_output, done_error)
 
     def _loop(self, run_batch: BatchFunction, runner: int) -> None:
         while True:
@@ -423,7 +377,7 @@ class DynamicBatcher:
         with self._lock:
             stranded = self._take(self._size)
         for item in stranded:
-            _settle(item, None, OverloadedError(f"model {self._name[0]!r} is shutting down"))
+            settle(item, None, OverloadedError(f"model {self._name[0]!r} is shutting down"))
 
     def _abandoned(self, runner: int) -> bool:
         """Whether ``runner`` is lost, or in a call past every deadline of its batch."""
@@ -435,12 +389,3 @@ class DynamicBatcher:
     def depth(self) -> int:
         """Requests waiting in the queue."""
         return self._size
-
-
-def _settle(item: _Item, output: Any, error: BaseException | None) -> None:
-    if item.future.done():
-        return
-    if error is None:
-        item.future.set_result(output)
-    else:
-        item.future.set_exception(error)

@@ -8,7 +8,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["run_isolating"]
+__all__ = ["BatchAnswerError", "one_per_input", "run_isolating"]
+
+
+class BatchAnswerError(RuntimeError):
+    """``predict_batch`` did not return one result per input."""
+
+
+def one_per_input(outputs: Sequence[Any], inputs: Sequence[Any]) -> Sequence[Any]:
+    """``outputs``, once checked to hold one result per input.
+
+    Raises:
+        BatchAnswerError: naming both counts and the fix.
+    """
+    if len(outputs) != len(inputs):
+        raise BatchAnswerError(
+            f"predict_batch returned {len(outputs)} results for {len(inputs)} inputs; "
+            "return one result per input, in order"
+        )
+    return outputs
 
 
 def run_isolating(
@@ -22,11 +40,7 @@ def run_isolating(
     is told the size of every batch that succeeded.
     """
     try:
-        outputs = run_batch(payloads)
-        if len(outputs) != len(payloads):
-            raise RuntimeError(
-                f"predict_batch returned {len(outputs)} results for {len(payloads)} inputs"
-            )
+        outputs = one_per_input(run_batch(payloads), payloads)
     except BaseException as e:
         if len(payloads) == 1:
             return [(None, e)]

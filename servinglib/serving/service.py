@@ -14,23 +14,28 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from servinglib.errors import (
-    DeadlineExceededError,
-    InvalidInputError,
     ModelNotFoundError,
-    ModelNotReadyError,
     OverloadedError,
     PredictionError,
 )
-from servinglib.lifecycle.registry import ModelRegistry, ReadyVersion
-from servinglib.model import CallScope
+from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.model import CallScope, LoopModel
 from servinglib.serving import loop_calls
+from servinglib.serving.admitted import AdmittedCall as _Call
 from servinglib.serving.batching import BatchListener, DynamicBatcher
-from servinglib.serving.lanes import Lane, RejectionListener
+from servinglib.serving.catalog import VersionCatalog
+from servinglib.serving.lanes import Lane
+from servinglib.serving.recording import AnswerRecorder
+from servinglib.serving.requests import (
+    DriftObserver,
+    InferenceRequest,
+    Prediction,
+    ServiceListener,
+    ShadowSubmitter,
+)
 from servinglib.wire.batch_rows import split_rows, splits_rows, stack_rows
 
 __all__ = [
@@ -38,106 +43,12 @@ __all__ = [
     "InferenceRequest",
     "InferenceService",
     "Prediction",
-    "PredictionRecorder",
     "ServiceListener",
     "ShadowSubmitter",
     "run_followups",
 ]
 
 log = logging.getLogger("servinglib.serving.service")
-
-
-@dataclass(frozen=True, slots=True)
-class InferenceRequest:
-    """One decoded request, whatever protocol carried it.
-
-    Attributes:
-        model: the model name.
-        inputs: LyftLearn-style features (checked against ``input_schema``), or, with
-            ``tensors``, Open Inference tensors by input name (checked against the inputs
-            the version declares).
-        version: an explicit version; None lets the traffic split or the default decide.
-        tensors: whether ``inputs`` are decoded tensors.
-        request_id: echoed in logs, the prediction log and shadow comparisons.
-        routing_key: the routing header's value (a configured routing feature wins).
-        timeout_ms: the caller's time budget (Envoy's expected timeout), if any.
-        priority: 0 is served first; None for the model's default.
-        inline: the caller is a thread that would only wait for the answer (a composed
-            model's step): a shared unbatched model runs on it instead of on the model's
-            own executor, saving two thread hand-offs.
-        observed: False for the calls a version makes while it loads (a composed model's
-            self-tests and warm-up): answered as usual, but neither monitored for drift,
-            written to the prediction log nor copied to shadows.
-        waited_s: how long the request already waited for a server thread; it counts
-            against the deadline.
-    """
-
-    model: str
-    inputs: Any
-    version: str | None = None
-    tensors: bool = False
-    request_id: str = ""
-    routing_key: str | None = None
-    timeout_ms: float | None = None
-    priority: int | None = None
-    inline: bool = False
-    observed: bool = True
-    waited_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What a model answered, which version answered it, and how long it took."""
-
-    model: str
-    version: str
-    output: Any
-    latency_s: float = 0.0
-
-
-class ServiceListener(RejectionListener, Protocol):
-    """Told about rejected inputs; the metrics layer implements it."""
-
-
-class PredictionRecorder(Protocol):
-    """The prediction log, as the service sees it."""
-
-    def sampled(self) -> bool:
-        """Whether this request is logged."""
-
-    def record_prediction(
-        self, request_id: str, model: str, version: str, features: Any, output: Any, seconds: float
-    ) -> None:
-        """Queue one record (never blocks)."""
-
-
-class DriftObserver(Protocol):
-    """Drift monitoring, as the service sees it."""
-
-    def observe(
-        self, model: str, version: str, features: Any, output: Any, tensors: bool = False
-    ) -> None:
-        """Count one answered request's features and outputs (never raises).
-
-        ``tensors``: ``features`` are Open Inference tensors by name.
-        """
-
-
-class ShadowSubmitter(Protocol):
-    """The shadow router, as the service sees it."""
-
-    enabled: bool
-
-    def submit(
-        self,
-        model: str,
-        primary: str,
-        features: Any,
-        output: Any,
-        request_id: str,
-        log_answer: bool = True,
-    ) -> None:
-        """Copy an answered request to the model's shadows (never blocks)."""
 
 
 class InferenceService:
@@ -153,14 +64,15 @@ class InferenceService:
         self,
         registry: ModelRegistry,
         listener: ServiceListener | None = None,
-        recorder: PredictionRecorder | None = None,
+        recorder: AnswerRecorder | None = None,
         shadows: ShadowSubmitter | None = None,
         batch_listener: BatchListener | None = None,
         clock: Callable[[], float] = time.monotonic,
         drift: DriftObserver | None = None,
     ) -> None:
-        self.registry = registry
-        self.drift = drift
+        self._registry = registry
+        self.catalog = VersionCatalog(registry)  # what the front ends may read
+        self._drift = drift
         self._listener = listener
         self._clock = clock
         self._recorder = recorder
@@ -221,7 +133,7 @@ class InferenceService:
         threads) and the loop awaits the answer until the deadline; a shared unbatched
         model runs on the loop itself while its calls stay quicker than a thread hop
         (:meth:`Lane.quick`); a composed model awaits its steps on the loop
-        (``predict_async``). Same errors as :meth:`infer`.
+        (a :class:`~servinglib.model.LoopModel`). Same errors as :meth:`infer`.
         """
         rows = self._rows(request)
         if rows is not None:
@@ -229,11 +141,14 @@ class InferenceService:
             return self._stacked(request, list(answers))
         call = self._admit(request)
         with call.model_errors():
-            composed = getattr(call.ready.instance, "predict_async", None)
-            if composed is not None:
+            instance = call.ready.instance
+            if isinstance(instance, LoopModel):
                 call.check_deadline()
                 scope = call.scope(request, after_response)
-                done, value = False, asyncio.ensure_future(composed(request.inputs, scope))
+                done, value = (
+                    False,
+                    asyncio.ensure_future(instance.predict_async(request.inputs, scope)),
+                )
             else:
                 done, value = self._start(call, request, blocking=False, followups=after_response)
             if not done:
@@ -252,7 +167,7 @@ class InferenceService:
             OverloadedError, ModelNotReadyError: the version cannot take it now.
         """
         lane = self.lane(model)
-        call = _Call(lane, self.registry.get(model, version), 0.0, self._clock)
+        call = _Call(lane, self._registry.get(model, version), 0.0, self._clock)
         call.deadline = self._clock() + timeout_s
         executor = lane.executor(call.ready)
         future = executor.submit(
@@ -278,7 +193,7 @@ class InferenceService:
         policy = self.lane(request.model).config.batching
         if policy is None:
             return None
-        specs = self.registry.get(request.model, request.version).instance.inputs
+        specs = self._registry.get(request.model, request.version).instance.inputs
         if not splits_rows(specs, policy):
             return None
         rows = split_rows(request.inputs, specs, policy.max_batch_size)
@@ -378,11 +293,11 @@ class InferenceService:
         if not request.observed:
             return Prediction(ready.model, ready.version, output, elapsed)
         features = request.inputs
-        if self.drift is not None:
-            self.drift.observe(ready.model, ready.version, features, output, request.tensors)
+        if self._drift is not None:
+            self._drift.observe(ready.model, ready.version, features, output, request.tensors)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
-            self._recorder.record_prediction(
+            self._recorder.record_answer(
                 request.request_id, ready.model, ready.version, features, output, elapsed
             )
         if self._shadows is not None:
@@ -401,9 +316,18 @@ class InferenceService:
                 after_response.append(copy)
         return Prediction(ready.model, ready.version, output, elapsed)
 
+    def drift_report(self, model: str, version: str) -> dict[str, Any] | None:
+        """The version's drift scores across workers (None: no profile, or no monitor).
+
+        Raises:
+            ModelNotFoundError, VersionNotFoundError: no such model or version.
+        """
+        self._registry.record(model, version)
+        return None if self._drift is None else self._drift.report(model, version)
+
     def is_ready(self) -> bool:
         """Every default version is READY and has a working thread."""
-        return self.registry.is_ready() and not self.wedged()
+        return self._registry.is_ready() and not self.wedged()
 
     def wedged(self) -> list[tuple[str, str]]:
         """``(model, version)`` of every version whose threads are all stuck in a call."""
@@ -433,56 +357,3 @@ def run_followups(followups: list[Callable[[], None]]) -> None:
             followup()
         except Exception:
             log.exception("work deferred until after the response failed")
-
-
-class _Call:
-    """One admitted request on its way through the model: where, until when, since when."""
-
-    __slots__ = ("_clock", "deadline", "lane", "ready", "started")
-
-    def __init__(
-        self, lane: Lane, ready: ReadyVersion, deadline: float, clock: Callable[[], float]
-    ) -> None:
-        self.lane = lane
-        self.ready = ready
-        self.deadline = deadline
-        self.started = time.perf_counter()
-        self._clock = clock
-
-    def scope(
-        self, request: InferenceRequest, followups: list[Callable[[], None]] | None
-    ) -> CallScope:
-        """What the calls a composed model makes for ``request`` inherit from it."""
-        return CallScope(
-            self.deadline, request.request_id, request.priority, request.routing_key, followups
-        )
-
-    def remaining(self) -> float:
-        """Seconds left until the deadline."""
-        return max(0.0, self.deadline - self._clock())
-
-    def check_deadline(self) -> None:
-        """Refuse to start a model call once the deadline has passed."""
-        if self._clock() >= self.deadline:
-            raise DeadlineExceededError("the request deadline passed before the model ran")
-
-    def late(self) -> DeadlineExceededError:
-        """The error of an answer that came (or would come) after the deadline."""
-        return DeadlineExceededError(
-            f"model {self.ready.model!r} did not answer within the request deadline"
-        )
-
-    @contextmanager
-    def model_errors(self) -> Iterator[None]:
-        """Map what the model raised: a 400 for rejected input, a logged 500 for the rest."""
-        try:
-            yield
-        except InvalidInputError as e:
-            self.lane.rejected(e.field or "features", self.ready)
-            raise  # the model rejected its input on purpose: a 400, not a model failure
-        except (OverloadedError, DeadlineExceededError, ModelNotReadyError, PredictionError):
-            raise  # the executor refused or gave up (503 / 504), or a member failed (logged)
-        except Exception as e:
-            raise PredictionError.logged(
-                self.ready.model, self.ready.version, "raised while predicting", e
-            ) from e

@@ -2,7 +2,8 @@
 
 Triton's clients compress requests (``Content-Encoding: gzip`` or ``deflate``) and ask for
 compressed answers (``Accept-Encoding``). These functions are transport-neutral: they take
-header values and bytes, and raise :class:`ContentCodingError` carrying the HTTP status.
+header values and bytes, and raise :class:`ContentCodingError` saying what is wrong
+(its ``problem``); the front ends choose the status.
 
 The body-size limit applies to the *decoded* size, and decoding stops as soon as it is
 passed, so a small compressed body cannot expand into gigabytes (a "zip bomb").
@@ -19,8 +20,7 @@ from __future__ import annotations
 
 import zlib
 from functools import lru_cache
-
-from werkzeug.http import parse_accept_header
+from typing import Literal
 
 from servinglib.errors import InvalidInputError
 
@@ -39,20 +39,25 @@ _ALIASES = {"x-gzip": "gzip"}
 _CHUNK = 64 * 1024
 
 
-class ContentCodingError(InvalidInputError):
-    """A request body that cannot be decoded; ``status`` is the HTTP status to answer."""
+CodingProblem = Literal["unsupported", "invalid", "too_large"]
 
-    def __init__(self, message: str, status: int) -> None:
+
+class ContentCodingError(InvalidInputError):
+    """A request body that cannot be decoded, and why: an ``unsupported`` coding, data
+    ``invalid`` in its coding, or a decoded body ``too_large`` for the limit."""
+
+    def __init__(self, message: str, problem: CodingProblem) -> None:
         super().__init__(message)
-        self.status = status
+        self.problem: CodingProblem = problem
 
 
 def decode_body(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     """The body with every coding of ``Content-Encoding`` undone (last applied, first undone).
 
     Raises:
-        ContentCodingError: 415 for a coding other than gzip, deflate or identity; 400 for
-            data that is not valid in its coding; 413 when the decoded body passes ``limit``.
+        ContentCodingError: ``unsupported`` for a coding other than gzip, deflate or
+            identity; ``invalid`` for data that is not valid in its coding; ``too_large``
+            when the decoded body passes ``limit``.
     """
     decoded = _decode(body, content_encoding, limit, None)
     assert decoded is not None  # only a stop_past stops early
@@ -82,7 +87,7 @@ def _decode(
             raise ContentCodingError(
                 f"Content-Encoding {coding!r} is not supported; send gzip, deflate or an "
                 "uncompressed body",
-                415,
+                "unsupported",
             )
         inflated = _inflate(body, coding, limit, stop_past)
         if inflated is None:
@@ -95,22 +100,40 @@ def _decode(
 def response_coding(accept_encoding: str | None) -> str | None:
     """The coding to compress an answer with, from ``Accept-Encoding`` (None: send as is).
 
-    Read by Werkzeug's ``parse_accept_header`` (RFC 9110): ``q=0`` refuses a coding, ``*``
-    stands for any coding not named, and among acceptable codings the highest q wins (gzip
-    before deflate on a tie). ``x-gzip`` is gzip.
+    Read as RFC 9110 says: ``q=0`` refuses a coding, ``*`` stands for any coding not
+    named, and among acceptable codings the highest q wins (gzip before deflate on a tie).
+    ``x-gzip`` is gzip.
     """
     if not accept_encoding:
         return None
-    accept = parse_accept_header(accept_encoding)
+    named = _qualities(accept_encoding)
     best: tuple[float, str] | None = None
     for coding in CODINGS:
-        q = float(accept[coding])
-        aliases = [a for a, c in _ALIASES.items() if c == coding]
-        if aliases and any(value.lower() in aliases for value in accept.values()):
-            q = max(q, *(float(accept[a]) for a in aliases))
+        given = [q for name, q in named.items() if _ALIASES.get(name, name) == coding]
+        q = max(given) if given else named.get("*", 0.0)
         if q > 0 and (best is None or q > best[0]):
             best = (q, coding)
     return None if best is None else best[1]
+
+
+def _qualities(header: str) -> dict[str, float]:
+    """``{coding: q}`` of an ``Accept-Encoding`` value (a q that is not a number is 0)."""
+    named: dict[str, float] = {}
+    for item in header.split(","):
+        name, *params = item.split(";")
+        name = name.strip().lower()
+        if not name:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = min(1.0, max(0.0, float(value.strip())))
+                except ValueError:
+                    q = 0.0
+        named[name] = max(q, named.get(name, 0.0))
+    return named
 
 
 def encode_body(body: bytes, coding: str) -> bytes:
@@ -140,7 +163,7 @@ def _inflate(data: bytes, coding: str, limit: int, stop_past: int | None) -> byt
         raise ContentCodingError(
             f"the body is not valid {coding} data ({e}); compress it with {coding} or drop "
             "the Content-Encoding header",
-            400,
+            "invalid",
         ) from None
 
 
@@ -176,5 +199,5 @@ def _too_large(limit: int) -> ContentCodingError:
     return ContentCodingError(
         f"the decompressed body is larger than the limit of {limit} bytes "
         "(server.max_request_body_bytes); send a smaller body",
-        413,
+        "too_large",
     )

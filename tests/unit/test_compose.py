@@ -133,10 +133,10 @@ def test_combiners() -> None:
 
 
 def test_a_member_failing_its_self_test_fails_the_version_naming_it(worker: Worker) -> None:
-    record = worker.service.registry.record("vote-fail", "2")
-    assert record.state is VersionState.FAILED
-    assert "step 'const:9' cannot run: model 'const' version '9' is FAILED" in record.reason
-    assert worker.service.registry.record("vote-fail", "1").state is VersionState.READY
+    view = worker.service.catalog.view("vote-fail", "2")
+    assert view.state == VersionState.FAILED.value
+    assert "step 'const:9' cannot run: model 'const' version '9' is FAILED" in view.reason
+    assert worker.service.catalog.view("vote-fail", "1").ready
 
 
 def test_pipeline_versions_pin_their_steps(worker: Worker) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servinglib.monitoring.drift.report import _html
+from servinglib.drift_offline.report import _html
 
 HOSTILE = '<script>alert("x")</script>'
 

@@ -17,6 +17,7 @@ from servinglib.errors import (
     PredictionError,
 )
 from servinglib.http.errors import HttpError, describe, too_large
+from servinglib.http.flask_glue import from_werkzeug
 
 
 @pytest.mark.parametrize(
@@ -52,7 +53,7 @@ def test_the_version_asked_to_answer_is_kept_for_metrics() -> None:
 
 
 def test_flask_http_errors_keep_their_headers() -> None:
-    described = describe(MethodNotAllowed(valid_methods=["POST"]))
+    described = describe(from_werkzeug(MethodNotAllowed(valid_methods=["POST"]), 1024))
     assert described.status == 405
     assert ("Allow", "POST") in described.headers
 

@@ -98,8 +98,8 @@ def test_public_answers_name_no_absolute_path_the_record_keeps_it(tmp_path: Path
     assert ".../missing.npz" in reason
     assert answers[3].status_code == 503
     assert ".../missing.npz" in answers[3].get_json()["error"]
-    # The full reason stays for the log and the admin API.
-    record = app.extensions["servinglib.serving.service"].registry.record("broken", "1")
+    # The full reason stays for the log and the admin API (inside the service: white-box).
+    record = app.extensions["servinglib.serving.service"]._registry.record("broken", "1")
     assert str(tmp_path) in record.reason
 
 

@@ -1,5 +1,5 @@
-"""``servinglib profile`` and ``servinglib drift report`` (outside the drift package, so
-building the CLI parser imports no prometheus_client before the launcher configures it)."""
+"""``servinglib profile`` and ``servinglib drift report`` (building the CLI parser imports no
+prometheus_client before the launcher configures it)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_profile(args: argparse.Namespace) -> int:
     """Build and write the profile; print where and what was profiled."""
-    from servinglib.monitoring.drift.building import profile_version
+    from servinglib.drift_offline.building import profile_version
     from servinglib.monitoring.drift.profile import ProfileError, WindowSpec
     from servinglib.monitoring.drift.sources import parse_since
 
@@ -107,7 +107,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
 def run_drift(args: argparse.Namespace) -> int:
     """Write the offline report; exit 1 when a field drifted."""
-    from servinglib.monitoring.drift.report import write_drift_report
+    from servinglib.drift_offline.report import write_drift_report
     from servinglib.monitoring.drift.sources import parse_since
 
     result = write_drift_report(

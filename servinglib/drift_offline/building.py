@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from servinglib.config.spec import load_config
+from servinglib.config.spec import ServiceConfig, load_config
+from servinglib.lifecycle.registry import ModelRegistry, VersionRecord
 from servinglib.monitoring.drift.profile import (
     Profile,
     ProfileError,
@@ -44,8 +45,6 @@ def profile_version(
     Raises:
         ProfileError, ConfigError, ModelLoadError: naming what is wrong.
     """
-    from servinglib.lifecycle.registry import ModelRegistry
-
     problems = (window or WindowSpec()).problems()
     if problems:
         raise ProfileError(problems[0])
@@ -54,7 +53,7 @@ def profile_version(
     record = registry.record(model, version)
     rows: list[tuple[Any, Any]]
     if data is not None:
-        rows = _rows_of_file(registry, record, data, with_outputs, columns, progress, note)
+        rows = _rows_of_file(config, record, data, with_outputs, columns, progress, note)
         source = str(data)
     elif log_since_s is not None:
         log_url = config.prediction_log.read_url() if config.prediction_log else None
@@ -75,18 +74,19 @@ def profile_version(
 
 
 def _rows_of_file(
-    registry: Any,
-    record: Any,
+    config: ServiceConfig,
+    record: VersionRecord,
     data: Path,
     with_outputs: bool,
     columns: Sequence[str] | None,
     progress: bool,
     note: Callable[[str], None],
 ) -> list[tuple[Any, Any]]:
-    from servinglib.monitoring.drift.outputs import predict_rows
+    from servinglib.drift_offline.outputs import predict_rows
+    from servinglib.serving.assembly import Purpose, load_service
     from servinglib.tabular import read_feature_rows
 
-    model_config = registry.model_config(record.model)
+    model_config = next(m for m in config.models if m.name == record.model)
     table = read_feature_rows(data, model_config.input_schema, model=record.model, columns=columns)
     if table.plan.dropped and columns is None:
         note(
@@ -96,21 +96,26 @@ def _rows_of_file(
     outputs: list[Any] = [None] * len(table.rows)
     errors = table.errors
     if with_outputs:
-        registry.load_version(model_config, record)
+        loaded = load_service(config, Purpose.SCORE, model=record.model, version=record.version)
+        record = loaded.registry.record(record.model, record.version)
         if record.instance is None:
+            loaded.close()
             raise ProfileError(
                 f"model {record.model!r} version {record.version!r} did not load "
                 f"({record.reason}); fix it or pass --no-outputs"
             )
         batch_size = model_config.batching.max_batch_size if model_config.batching else 256
-        outputs, errors = predict_rows(
-            record.instance,
-            table.rows,
-            table.errors,
-            model_config.input_schema,
-            batch_size=batch_size,
-            progress=progress,
-        )
+        try:
+            outputs, errors = predict_rows(
+                record.instance,
+                table.rows,
+                table.errors,
+                model_config.input_schema,
+                batch_size=batch_size,
+                progress=progress,
+            )
+        finally:
+            loaded.close()
     failed = [(i, e) for i, e in enumerate(errors) if e is not None]
     if failed:
         row, first = failed[0]

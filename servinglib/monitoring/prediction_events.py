@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -19,21 +20,33 @@ from servinglib.wire.jsonbytes import to_plain
 if TYPE_CHECKING:
     from servinglib.monitoring.prediction_log import PredictionRecord
 
-__all__ = ["EVENT_TYPE", "SCHEMA_VERSION", "encode", "event_of", "lake_row"]
+__all__ = ["EVENT_TYPE", "SCHEMA_VERSION", "encode", "event_of", "lake_row", "rfc3339"]
 
 SCHEMA_VERSION = 1
 EVENT_TYPE = f"io.servinglib.prediction.v{SCHEMA_VERSION}"
 
 
+_second: list[tuple[int, str]] = [(-1, "")]  # the last second formatted, reused
+
+
+def rfc3339(seconds: float) -> str:
+    """``seconds`` since the epoch as RFC 3339 UTC with microseconds (``...T...Z``)."""
+    whole = int(seconds)
+    cached = _second[0]
+    if cached[0] != whole:  # formatting a datetime costs more than the rest of the event
+        cached = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+        _second[0] = cached
+    return f"{cached[1]}.{int((seconds - whole) * 1e6):06d}Z"  # truncated, never 1000000
+
+
 def event_of(record: PredictionRecord, source: str) -> dict[str, Any]:
     """The CloudEvent of ``record``; ``id`` (request id / model / version) is the dedup key."""
-    when = datetime.datetime.fromtimestamp(record.logged_at, datetime.UTC)
     return {
         "specversion": "1.0",
         "type": EVENT_TYPE,
         "source": source,
         "id": f"{record.request_id}/{record.model}/{record.version}",
-        "time": when.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "time": rfc3339(record.logged_at),
         "datacontenttype": "application/json",
         "schemaversion": SCHEMA_VERSION,
         "data": {

@@ -22,6 +22,7 @@ from servinglib.config.spec import ENV_PREFIX, config_schema
 from servinglib.lifecycle.registry import VersionState
 from servinglib.monitoring.drift import DRIFT_GAUGES
 from servinglib.monitoring.metrics import METRIC_SPECS, MetricSpec, ServingMetrics
+from servinglib.monitoring.model_sync import MODEL_SYNC_METRICS
 
 __all__ = ["main", "render_config_reference", "render_metrics_reference"]
 
@@ -312,6 +313,20 @@ def render_metrics_reference() -> str:
             "servinglib_drift_output_window_answers": "`model`, `version`, `output`, `bin`",
         }.get(name, "`model`, `version`, `field`, `role`")
         lines.append(f"| `{name}` | gauge | {labels} | {_cell(documentation)} |")
+    lines += [
+        "",
+        "## Model sync",
+        "",
+        "Models with a URL repository: the outcome of the gunicorn master's polls of the store "
+        "(any worker answers the same figures); see "
+        "[Serve models from object storage](../how-to/serve-models-from-object-storage.md).",
+        "",
+        "| Name | Type | Labels | Description |",
+        "|---|---|---|---|",
+    ]
+    for name, kind, _, documentation in MODEL_SYNC_METRICS:
+        shown = f"{name}_total" if kind == "counter" else name
+        lines.append(f"| `{shown}` | {kind} | `model` | {_cell(documentation)} |")
     lines += [
         "",
         "## Gauge modes",

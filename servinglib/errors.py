@@ -5,17 +5,32 @@ Every error servinglib raises on purpose derives from :class:`ServinglibError`, 
 
     ServinglibError
     ├── ConfigError               servinglib.yaml or a referenced file is wrong
-    ├── SelfTestDataError         a test_data.json file is malformed
+    │   ├── SelfTestDataError     a test_data.json file is malformed
+    │   ├── CompositionError      a pipeline:/ensemble: entry is wrong (compose.checks)
+    │   └── InputFileError        a batch/profile input file is unreadable (tabular.reader)
     ├── ModelLoadError            a model class could not be imported, built or loaded
+    ├── LoadFailedError           why a version FAILED in its lifecycle (lifecycle.load_timeout)
     ├── ModelNotFoundError        the request names a model that is not configured
     ├── VersionNotFoundError      the request names a version the model does not have
     ├── ModelNotReadyError        the version exists but is not READY (loading or FAILED)
     ├── InvalidInputError         the request body or features are invalid
-    │   └── UnsupportedRequestError   a feature of a protocol we do not serve
+    │   ├── UnsupportedRequestError   a feature of a protocol we do not serve
+    │   └── ContentCodingError    a body that cannot be decoded (wire.content_coding)
     ├── OverloadedError           a bounded queue is full: shed, retry later
     ├── DeadlineExceededError     the request's deadline passed before it could be answered
-    └── PredictionError           the model raised while answering a request
-        └── NonFiniteOutputError  its answer holds NaN or Infinity, which JSON cannot carry
+    ├── PredictionError           the model raised while answering a request
+    │   └── NonFiniteOutputError  its answer holds NaN or Infinity, which JSON cannot carry
+    ├── StepOutputError           a composed step answered what the next cannot read
+    ├── CombineError              an ensemble's answers cannot be combined (compose.combiners)
+    ├── ProfileError              a drift profile cannot be built or read (monitoring.drift)
+    ├── BatchAbortedError         a batch-predict job stopped (batch)
+    ├── StoreError                a URL repository's store cannot be listed or read
+    │                             (lifecycle.store)
+    └── OptimizeError             servinglib optimize cannot go on (optimize.errors)
+        └── ExportVerificationError   the exported graph does not answer as the model does
+
+The errors of one tool or tier live beside it and derive from this tree; a test checks that
+every ``ServinglibError`` subclass in the package is drawn here.
 
 HTTP status codes live only in ``servinglib.http``; this module knows nothing about HTTP.
 """

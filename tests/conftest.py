@@ -17,6 +17,7 @@ import requests
 from flask.testing import FlaskClient
 
 from servinglib.serve.app import create_app_from_config
+from tests.object_store import s3_store  # noqa: F401 (the session's S3 API, a fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVICE_CONFIG = FIXTURES / "service" / "servinglib.yaml"

@@ -17,8 +17,9 @@ version fails its self-tests.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from servinglib.lifecycle.importing import LazyExports
 
 if TYPE_CHECKING:
     from servinglib.batch._job import predict
@@ -34,17 +35,16 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import on first use: ``servinglib --help`` needs neither pyarrow nor Ray."""
-    if name not in _HOMES:
-        raise AttributeError(f"module 'servinglib.batch' has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    except ModuleNotFoundError as e:
-        if e.name != "pyarrow":
-            raise
-        from servinglib.errors import ConfigError
+def _missing(error: ModuleNotFoundError) -> Exception | None:
+    if error.name != "pyarrow":
+        return None
+    from servinglib.errors import ConfigError
 
-        raise ConfigError(
-            "batch prediction needs pyarrow; install it with pip install 'servinglib[batch]'"
-        ) from e
+    return ConfigError(
+        "batch prediction needs pyarrow; install it with pip install 'servinglib[batch]'"
+    )
+
+
+# Imported on first use: ``servinglib --help`` needs neither pyarrow nor Ray.
+_lazy = LazyExports("servinglib.batch", _HOMES, _missing)
+__getattr__, __dir__ = _lazy.getattr, _lazy.dir

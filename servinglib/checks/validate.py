@@ -15,6 +15,7 @@ from servinglib.lifecycle.artifacts import find_pickles, verify_sha256
 from servinglib.lifecycle.importing import import_model_class
 from servinglib.lifecycle.registry import discover_versions
 from servinglib.lifecycle.selftest import TEST_DATA_FILE, load_test_data
+from servinglib.lifecycle.store import sync_service
 from servinglib.model import Model, SelfTestCase
 from servinglib.runtimes.tabular import ARTIFACTS as TABULAR_ARTIFACTS
 from servinglib.runtimes.tabular import artifact_refusal
@@ -37,7 +38,10 @@ def validate_service(config_path: str | os.PathLike[str]) -> tuple[ServiceConfig
         config = load_config(config_path)
     except ServinglibError as e:
         return None, list(getattr(e, "problems", None) or [str(e)])
-    problems: list[str] = []
+    problems = [
+        f"{config.source}: model {model!r}: {error}"
+        for model, error in sync_service(config).items()  # URL repositories, into the cache
+    ]
     for model in config.models:
         problems += _check_model(config, model)
     return config, problems

@@ -192,6 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
 
     add_batch_parser(commands)
+    from servinglib.bench.cli import add_parser as add_bench_parser  # light: argparse only
+
+    add_bench_parser(commands)
     return parser
 
 
@@ -245,6 +248,10 @@ def _run(args: argparse.Namespace) -> int:
             from servinglib.optimize.cli import run as run_optimize
 
             return run_optimize(args)
+        if args.command == "bench":
+            from servinglib.bench.cli import run as run_bench
+
+            return run_bench(args)
         if args.command in ("profile", "drift"):
             from servinglib.drift_offline.commands import run
 

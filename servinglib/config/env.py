@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from servinglib.errors import ConfigError
@@ -15,10 +15,19 @@ DEFAULT_CONFIG = "servinglib.yaml"
 
 ENV_PREFIX = "SERVINGLIB_"
 
+
+def _boolean(value: str) -> bool:
+    words = {"true": True, "1": True, "false": False, "0": False}
+    if value.strip().lower() not in words:
+        raise ValueError(value)
+    return words[value.strip().lower()]
+
+
 # JSON Schema type -> (conversion, what the value should have been); others stay strings.
-_CONVERSIONS: dict[str, tuple[type[int] | type[float], str]] = {
+_CONVERSIONS: dict[str, tuple[Callable[[str], Any], str]] = {
     "integer": (int, "an integer; set a whole number"),
     "number": (float, "a number; set one such as 2.5"),
+    "boolean": (_boolean, "a boolean; set true or false"),
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from servinglib.compose.spec import Composition
 from servinglib.config.sinks import LogSinkConfig
+from servinglib.config.storage import ModelCacheConfig, ModelSyncConfig
 from servinglib.model import TensorSpec
 
 __all__ = [
@@ -57,6 +58,7 @@ class ServerConfig:
     deadline_margin_ms: int = 50
     compress_min_bytes: int = 65536
     grpc_port: int = 0  # 0: no gRPC listener (servinglib.grpc_front)
+    status_page: bool = True  # GET /status and /status.json on the public port
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,8 @@ class ModelConfig:
     optimize_budgets: Mapping[str, Any] | None = None
     composition: Composition | None = None
     key_path: str = ""
+    repository_url: str | None = None  # a store URL; ``repository`` is then its local cache
+    model_sync: ModelSyncConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,9 @@ class ServiceConfig:
     shadow_executor: ShadowExecutorConfig = field(default_factory=ShadowExecutorConfig)
     prediction_log: PredictionLogConfig | None = None
     admin: AdminConfig = field(default_factory=AdminConfig)
+    model_cache: ModelCacheConfig = field(
+        default_factory=lambda: ModelCacheConfig(Path.home() / ".cache/servinglib/models")
+    )
 
     @property
     def root(self) -> Path:

@@ -42,6 +42,12 @@ from servinglib.config.sections import (
     ShadowExecutorConfig,
 )
 from servinglib.config.sinks import parse_sinks
+from servinglib.config.storage import (
+    ModelCacheConfig,
+    ModelSyncConfig,
+    cache_config,
+    repository_of,
+)
 from servinglib.errors import ConfigError
 from servinglib.model import TensorSpec
 
@@ -50,7 +56,9 @@ __all__ = [
     "AdminConfig",
     "BatchPolicy",
     "ComparatorConfig",
+    "ModelCacheConfig",
     "ModelConfig",
+    "ModelSyncConfig",
     "PredictionLogConfig",
     "ServerConfig",
     "ServiceConfig",
@@ -212,6 +220,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
         resolve_inside(root, entry, label=label, key_path=f"python_path[{i}]")
         for i, entry in enumerate(raw.get("python_path", []))
     )
+    cache = cache_config(raw.get("model_cache"), root)
     models: list[ModelConfig] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw["models"]):
@@ -224,16 +233,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 key_path=f"{where}.name",
             )
         seen.add(name)
-        repository = resolve_inside(
-            root, entry["repository"], label=label, key_path=f"{where}.repository"
-        )
-        if not repository.is_dir():
-            raise ConfigError(
-                f"model repository {entry['repository']!r} ({repository}) is not a directory; "
-                "create it with one sub-directory per version",
-                source=label,
-                key_path=f"{where}.repository",
-            )
+        repository, url = repository_of(entry, root, cache, label, where)
         composition = parse_composition(entry)
         versions = tuple(entry["versions"]) if "versions" in entry else None
         if versions is None and composition is not None:
@@ -256,8 +256,11 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                     key_path=f"{where}.input_schema",
                 ) from e
         runtime = entry.get("runtime")
-        check_routed_versions(entry, repository, label, where)
+        if url is None:  # a store's versions are known once it is synced
+            check_routed_versions(entry, repository, label, where)
         given = _given(entry, _MODEL_KEYS)
+        if "model_sync" in entry:
+            given["model_sync"] = ModelSyncConfig(**entry["model_sync"])
         if runtime == "precomputed":  # its misses go to the fallback model's lane
             fallback = precomputed_fallback(entry, raw["models"], root, label, where)
             given["runtime_options"] = {
@@ -283,6 +286,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
                 inputs=_tensors(entry.get("inputs", [])),
                 outputs=_tensors(entry.get("outputs", [])),
                 repository=repository,
+                repository_url=url,
                 default_version=default,
                 versions=versions,
                 shadows=tuple(_shadow(s) for s in entry.get("shadow", [])),
@@ -299,6 +303,7 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
         service=raw["service"],
         shadow_executor=ShadowExecutorConfig(**raw.get("shadow_executor", {})),
         admin=AdminConfig(**raw.get("admin", {})),
+        model_cache=cache,
         prediction_log=_prediction_log(raw.get("monitoring", {}), root, label),
         **_given(raw, ("team",)),
         source=source,

@@ -14,6 +14,7 @@ from servinglib.http._payload import check_transfer_coding
 from servinglib.http.asgi import AsgiFrontEnd
 from servinglib.http.drift import drift_blueprint
 from servinglib.http.flask_glue import install_request_context, register_error_handlers
+from servinglib.http.status import status_blueprint
 from servinglib.http.v2 import v2_blueprint
 from servinglib.http.wsgi import WsgiFrontEnd
 from servinglib.monitoring.metrics import ServingMetrics
@@ -84,11 +85,13 @@ def _refuse_transfer_codings() -> None:
 
 def _model_states() -> list[dict[str, Any]]:
     catalog = _service().catalog
+    sync = catalog.store_sync()  # URL repositories: the master's store sync
     return [
         {
             "name": name,
             "default_version": catalog.default_version(name),
             "versions": [view.listing() for view in catalog.views(name)],
+            **({"sync": sync[name]} if name in sync else {}),
         }
         for name in catalog.model_names()
     ]
@@ -169,4 +172,6 @@ def _flask_app(
     app.register_blueprint(v2_blueprint)
     app.register_blueprint(ops_blueprint)
     app.register_blueprint(drift_blueprint)
+    if server.status_page:
+        app.register_blueprint(status_blueprint)
     return app

@@ -6,14 +6,15 @@ import importlib
 import importlib.util
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from servinglib.errors import ModelLoadError
 from servinglib.model import Model
 
-__all__ = ["import_file_as", "import_model_class", "import_object"]
+__all__ = ["LazyExports", "import_file_as", "import_model_class", "import_object"]
 
 _file_modules: dict[Path, ModuleType] = {}
 
@@ -117,3 +118,46 @@ def import_file_as(path: Path, name: str) -> ModuleType:
         raise ModelLoadError(f"importing {path} raised {type(e).__name__}: {e}") from e
     _file_modules[path] = module
     return module
+
+
+class LazyExports:
+    """A package's public names imported on first use (``__getattr__``/``__dir__``).
+
+    Tools such as ``batch`` and ``optimize`` keep ``servinglib --help`` free of their heavy
+    dependencies this way. ``missing`` turns a dependency that is not installed into an
+    error naming the extra to install (or returns None to re-raise).
+
+    Example::
+
+        _lazy = LazyExports("servinglib.batch", {"predict": "servinglib.batch._job"})
+        __getattr__, __dir__ = _lazy.getattr, _lazy.dir
+    """
+
+    def __init__(
+        self,
+        package: str,
+        homes: dict[str, str],
+        missing: Callable[[ModuleNotFoundError], Exception | None] | None = None,
+    ) -> None:
+        self._package = package
+        self._homes = homes
+        self._missing = missing
+
+    def getattr(self, name: str) -> Any:
+        """The exported ``name``, imported from its home module (cached in the package)."""
+        home = self._homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {self._package!r} has no attribute {name!r}")
+        try:
+            value = getattr(importlib.import_module(home), name)
+        except ModuleNotFoundError as e:
+            error = self._missing(e) if self._missing is not None else None
+            if error is None:
+                raise
+            raise error from e
+        setattr(sys.modules[self._package], name, value)
+        return value
+
+    def dir(self) -> list[str]:
+        """The exported names."""
+        return sorted(self._homes)

@@ -15,7 +15,8 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from servinglib.compose.order import load_order
 from servinglib.config.spec import ModelConfig, ServiceConfig
@@ -89,6 +90,8 @@ class ModelRegistry:
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
         self._versions: dict[str, dict[str, VersionRecord]] = {}
         self._defaults: dict[str, str] = {}
+        # URL repositories: the master's store sync status per model (set when serving).
+        self.store_status: Callable[[], Mapping[str, Any]] | None = None
         for model in config.models:
             records = {}
             for version in discover_versions(model):

@@ -30,11 +30,14 @@ from servinglib.lifecycle.registry import ModelRegistry, VersionState
 
 __all__ = [
     "DESIRED_FILE",
+    "STATE_LOCK",
+    "SYNC_STATUS_FILE",
     "DesiredState",
     "ModelPlan",
     "RolloutWatcher",
     "apply_desired_state",
     "read_desired_state",
+    "read_sync_status",
     "read_worker_statuses",
     "write_desired_state",
 ]
@@ -42,6 +45,10 @@ __all__ = [
 log = logging.getLogger("servinglib.lifecycle.rollout")
 
 DESIRED_FILE = "desired.json"
+# The master's store sync writes each URL repository's poll outcome here (per model).
+SYNC_STATUS_FILE = "store.json"
+# Held by every writer of the desired state in the master (the admin API, the store sync).
+STATE_LOCK = threading.Lock()
 
 
 @dataclass
@@ -83,6 +90,15 @@ def read_desired_state(directory: Path) -> DesiredState:
     raw = json.loads(path.read_text(encoding="utf-8"))
     models = {name: ModelPlan(**plan) for name, plan in raw.get("models", {}).items()}
     return DesiredState(int(raw.get("revision", 0)), models)
+
+
+def read_sync_status(directory: Path) -> dict[str, Any]:
+    """The store sync's last status, per model (empty when there is none)."""
+    try:
+        status: dict[str, Any] = json.loads((directory / SYNC_STATUS_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return status
 
 
 def _write_atomically(path: Path, document: Any) -> None:

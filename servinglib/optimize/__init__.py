@@ -21,8 +21,9 @@ imports none of them (an import-linter contract). Names are loaded on first use,
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from servinglib.lifecycle.importing import LazyExports
 
 if TYPE_CHECKING:
     from servinglib.optimize._settings import OptimizeSettings
@@ -69,14 +70,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'servinglib.optimize' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"servinglib.optimize.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+_lazy = LazyExports(
+    "servinglib.optimize", {name: f"servinglib.optimize.{home}" for name, home in _EXPORTS.items()}
+)
+__getattr__, __dir__ = _lazy.getattr, _lazy.dir

@@ -32,11 +32,13 @@ from servinglib.config.spec import ServiceConfig
 from servinglib.errors import InvalidInputError, ServinglibError
 from servinglib.lifecycle.artifacts import NAME_PATTERN, version_directory
 from servinglib.lifecycle.rollout import (
+    STATE_LOCK,
     ModelPlan,
     read_desired_state,
     read_worker_statuses,
     write_desired_state,
 )
+from servinglib.lifecycle.store import StoreError, fetch_version, list_store
 from servinglib.wire.strict_json import parse_json
 
 __all__ = ["IDLE_TIMEOUT_S", "MIN_TOKEN_LENGTH", "AdminServer"]
@@ -89,7 +91,7 @@ class AdminServer:
         # Actions on one model run one at a time (their state checks see every earlier
         # action); the file lock guards the one file every model's plan lives in.
         self._model_locks = {model.name: threading.Lock() for model in config.models}
-        self._file_lock = threading.Lock()
+        self._file_lock = STATE_LOCK  # shared with the store sync of the same master
         admin = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -242,6 +244,8 @@ class AdminServer:
             path = version_directory(model.repository, model.name, version)
         except ServinglibError as e:
             raise _RefusedError(HTTPStatus.BAD_REQUEST, str(e)) from e
+        if not path.is_dir() and model.repository_url is not None:
+            _fetch_from_store(model, version)  # into the cache, before any worker looks
         if not path.is_dir():
             raise _RefusedError(
                 HTTPStatus.NOT_FOUND, f"model {model.name!r} has no version directory {version!r}"
@@ -359,3 +363,22 @@ class AdminServer:
                 f"version {version!r} of {model!r} is not READY in every worker; load it and wait",
                 states,
             )
+
+
+def _fetch_from_store(model: Any, version: str) -> None:
+    """Download a version of a URL repository that the cache lacks (admin ``load``).
+
+    Raises:
+        _RefusedError: 404 when the store has no such version, 502 when it cannot be read.
+    """
+    try:
+        listing = list_store(model)
+        files = listing.versions.get(version)
+        if files is None:
+            raise _RefusedError(
+                HTTPStatus.NOT_FOUND,
+                f"{model.repository_url} has no version {version!r}; upload it first",
+            )
+        fetch_version(model, version, tuple(f[0] for f in files))
+    except StoreError as e:
+        raise _RefusedError(HTTPStatus.BAD_GATEWAY, str(e)) from e

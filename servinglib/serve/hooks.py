@@ -70,7 +70,7 @@ ROLLOUT_ENV = "SERVINGLIB_ROLLOUT_DIR"
 
 MIN_ADMIN_TOKEN_LENGTH = 32  # servinglib.serve.admin.MIN_TOKEN_LENGTH (not imported here:
 # the admin module loads only in a master that serves it)
-_admin: list[Any] = []  # the master's admin server, when enabled (one per master process)
+_admin: list[Any] = []  # the master's admin server and store sync (one per master process)
 
 
 def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
@@ -80,11 +80,12 @@ def prepare_rollout_dir(config: ServiceConfig) -> Path | None:
         ConfigError: ``admin.enabled`` is true but the token variable is unset, empty or
             shorter than 32 characters.
     """
-    if not config.admin.enabled:
+    stores = any(m.repository_url is not None for m in config.models)  # the store sync's too
+    if not config.admin.enabled and not stores:
         os.environ.pop(ROLLOUT_ENV, None)
         return None
     token = os.environ.get(config.admin.token_env, "")
-    if len(token) < MIN_ADMIN_TOKEN_LENGTH:
+    if config.admin.enabled and len(token) < MIN_ADMIN_TOKEN_LENGTH:
         state = "is empty" if not token else f"has {len(token)} characters"
         raise ConfigError(
             f"admin.enabled is true but ${config.admin.token_env} {state}; set it to a random "
@@ -111,11 +112,18 @@ def when_ready(server: Any) -> None:
     if not directory:
         return
     from servinglib.monitoring.logs import configure_logging
-    from servinglib.serve.admin import AdminServer
 
     config = load_config(os.environ[CONFIG_ENV])
-    # Admin actions are logged by the master.
+    # Admin actions and store syncs are logged by the master.
     configure_logging(config.server.log_level, config.server.log_format)
+    if any(m.repository_url is not None for m in config.models):
+        from servinglib.serve.model_sync import start_store_sync
+
+        _admin.append(start_store_sync(config, Path(directory), lambda: _worker_pids(server)))
+    if not config.admin.enabled:
+        return
+    from servinglib.serve.admin import AdminServer
+
     try:
         admin = AdminServer(
             config,
@@ -160,7 +168,8 @@ def post_fork(server: Any, worker: Any) -> None:
     """Worker start: close the inherited admin listener; keep telling the master we are
     alive while models load."""
     for admin in _admin:
-        admin.close_inherited()
+        if hasattr(admin, "close_inherited"):
+            admin.close_inherited()
     _admin.clear()  # the master's, not this worker's: on_exit must not stop it here
     _booted.clear()
     interval = max(0.5, server.cfg.timeout / 4)

@@ -82,6 +82,10 @@ def serve(
         )
     prepare_metrics_dir(Path(tempfile.gettempdir()) / f"servinglib-metrics-{os.getpid()}")
     prepare_rollout_dir(config)
+    if any(m.repository_url is not None for m in config.models):
+        from servinglib.serve.model_sync import initial_sync
+
+        initial_sync(config)  # once per server, before any worker: workers read the cache
     # Workers read the config again: hand them the same overrides.
     os.environ.update({k: v for k, v in environ.items() if k.startswith("SERVINGLIB_")})
     os.environ[CONFIG_ENV] = str(config.source)

@@ -30,11 +30,13 @@ from servinglib.lifecycle.registry import (
     VersionRecord,
     VersionState,
 )
-from servinglib.lifecycle.rollout import RolloutWatcher
+from servinglib.lifecycle.rollout import RolloutWatcher, read_sync_status
+from servinglib.lifecycle.store import require_synced
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.log_fanout import open_logs
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
+from servinglib.monitoring.model_sync import ModelSyncCollector
 from servinglib.serving.batching import BatchListener
 from servinglib.serving.recording import AnswerRecorder
 from servinglib.serving.service import (
@@ -133,6 +135,8 @@ def load_service(
         record = loaded.ready_record("eta")
         loaded.close()
     """
+    if purpose is not Purpose.SERVE:  # a worker reads the cache its master filled
+        require_synced(config)
     caller = LaneCaller(listener=listener, threads=config.server.threads)
     registry = ModelRegistry(config, listener=listener, caller=caller)
     seen = observe(registry) if observe is not None else Observers()
@@ -226,6 +230,10 @@ def build_worker(
     shadows.run_on = service.call_version  # shadow copies use the version's own threads
     shadows.wait_ready()  # isolation: process loads the shadow versions alongside
     watcher = None
+    if rollout_dir is not None and any(m.repository_url for m in config.models):
+        directory = rollout_dir
+        registry.store_status = lambda: read_sync_status(directory)
+        metrics.add_collector(ModelSyncCollector(registry.store_status))
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
         watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
         watcher.sync()

@@ -8,7 +8,9 @@ private to the service and the lifecycle.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from servinglib.config.spec import ModelConfig, ServiceConfig
 from servinglib.errors import public_reason
@@ -27,6 +29,7 @@ class VersionView:
     state: str
     reason: str
     ready: bool
+    self_tests: tuple[int, int] = (0, 0)  # (passed, run) self-test cases
 
     def listing(self) -> dict[str, str]:
         """``{"version", "state"}`` plus ``"reason"`` when there is one."""
@@ -73,6 +76,11 @@ class VersionCatalog:
         """Every version of ``model``, in version order."""
         return [_view(record) for record in self._registry.records(model)]
 
+    def store_sync(self) -> Mapping[str, Any]:
+        """URL repositories: the master's last store sync, per model (empty otherwise)."""
+        status = self._registry.store_status
+        return status() if status is not None else {}
+
     def is_ready(self) -> bool:
         """True when every model's default version is READY."""
         return self._registry.is_ready()
@@ -80,6 +88,12 @@ class VersionCatalog:
 
 def _view(record: VersionRecord) -> VersionView:
     reason = public_reason(record.reason) if record.reason else ""
+    cases = record.report.cases
     return VersionView(
-        record.model, record.version, record.state.value, reason, record.ready is not None
+        record.model,
+        record.version,
+        record.state.value,
+        reason,
+        record.ready is not None,
+        (sum(1 for case in cases if case.passed), len(cases)),
     )

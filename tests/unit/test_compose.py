@@ -161,7 +161,13 @@ def test_a_step_never_starts_past_the_shared_deadline(worker: Worker) -> None:
         worker.service.infer(request)
 
 
-def test_unbatched_shared_steps_run_on_the_composed_models_thread(worker: Worker) -> None:
+def test_unbatched_shared_steps_run_on_the_composed_models_thread(
+    worker: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "Quick" is a measured duration: on a loaded machine a trivial step can take longer
+    # than QUICK_S, so the bar is raised for this test (the mechanism is what it checks).
+    monkeypatch.setattr("servinglib.serving.lanes.QUICK_S", 1.0)
+
     def batches(model: str) -> float:
         labels = {"model": model, "version": "1"}
         value = worker.metrics.registry.get_sample_value("servinglib_batch_size_count", labels)

@@ -13,7 +13,9 @@ from servinglib.config.spec import (
     AdminConfig,
     BatchPolicy,
     ComparatorConfig,
+    ModelCacheConfig,
     ModelConfig,
+    ModelSyncConfig,
     PredictionLogConfig,
     ServerConfig,
     ServiceConfig,
@@ -172,6 +174,8 @@ SCHEMA_OBJECTS: list[tuple[tuple[str, ...], type]] = [
     (("$defs", "comparator"), ComparatorConfig),
     ((*ENSEMBLE, "additionalProperties"), EnsembleVersion),
     ((*ENSEMBLE, "additionalProperties", "properties", "members", "items"), Member),
+    (("properties", "model_cache"), ModelCacheConfig),
+    (("$defs", "model", "properties", "model_sync"), ModelSyncConfig),
 ]
 
 

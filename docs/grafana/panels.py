@@ -645,6 +645,40 @@ def sections() -> tuple[Section, ...]:
                     unit="ops",
                     width=24,
                 ),
+                Panel(
+                    "Prediction-sink records",
+                    "Records per second of each sink (Kafka, Parquet): written, spooled to disk "
+                    "while the sink is down or slow, replayed from the spool, and dropped by "
+                    "reason (spool_full fires ServinglibPredictionSpoolFull).",
+                    ("prediction_sink_records", "prediction_sink_dropped"),
+                    (
+                        Query(
+                            rate("prediction_sink_records", "sink, outcome", ""),
+                            "{{sink}} {{outcome}}",
+                        ),
+                        Query(
+                            rate("prediction_sink_dropped", "sink, reason", ""),
+                            "{{sink}} dropped {{reason}}",
+                        ),
+                    ),
+                    unit="ops",
+                    width=12,
+                ),
+                Panel(
+                    "Prediction-sink spool",
+                    "Bytes waiting in each sink's disk spool (all workers) and the age of the "
+                    "oldest spooled record (lag).",
+                    ("prediction_sink_spool_bytes", "prediction_sink_lag"),
+                    (
+                        Query(
+                            f"sum by (sink) ({name('prediction_sink_spool_bytes')})",
+                            "{{sink}} bytes",
+                        ),
+                        Query(f"max by (sink) ({name('prediction_sink_lag')})", "{{sink}} lag s"),
+                    ),
+                    unit="bytes",
+                    width=12,
+                ),
             ),
         ),
         Section(

@@ -205,6 +205,8 @@ def _prediction_log(config: ServiceConfig | None) -> Finding:
     log = config.prediction_log if config else None
     if log is None:
         return Finding("ok", "prediction log", "not configured")
+    if log.url is None:
+        return Finding("ok", "prediction log", f"{len(log.sinks)} sink(s), no SQL log")
     if not log.url.startswith("sqlite:///"):
         return Finding("ok", "prediction log", f"{log.url.split('://')[0]} (not checked here)")
     directory = Path(log.url.removeprefix("sqlite:///")).parent

@@ -12,6 +12,7 @@ from typing import Any
 
 from servinglib.compose.spec import Composition
 from servinglib.config.rollout_policy import RolloutPolicy
+from servinglib.config.sinks import LogSinkConfig
 from servinglib.config.storage import ModelCacheConfig, ModelSyncConfig
 from servinglib.model import TensorSpec
 
@@ -108,15 +109,21 @@ class ShadowExecutorConfig:
 
 @dataclass(frozen=True)
 class PredictionLogConfig:
-    """``monitoring.prediction_log``; ``url`` has a resolved SQLite path."""
+    """``monitoring.prediction_log``; ``url`` has a resolved SQLite path (None: sinks only)."""
 
-    url: str
+    url: str | None
     sample_rate: float = 1.0
     max_buffer: int = 10000
     max_buffer_bytes: int = 64 << 20
     max_record_bytes: int = 64 << 10
     batch_size: int = 200
     flush_interval_ms: int = 500
+    sinks: tuple[LogSinkConfig, ...] = ()
+
+    def read_url(self) -> str | None:
+        """Where ``drift report`` and ``profile --from-log`` read: ``url``, else the lake."""
+        lakes = [sink.target for sink in self.sinks if sink.kind == "parquet"]
+        return self.url or next(iter(lakes), None)
 
 
 @dataclass(frozen=True)

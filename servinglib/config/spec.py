@@ -42,6 +42,7 @@ from servinglib.config.sections import (
     ShadowConfig,
     ShadowExecutorConfig,
 )
+from servinglib.config.sinks import parse_sinks
 from servinglib.config.storage import (
     ModelCacheConfig,
     ModelSyncConfig,
@@ -193,6 +194,19 @@ def _shadow(raw: Mapping[str, Any]) -> ShadowConfig:
     )
 
 
+def _prediction_log(
+    monitoring: Mapping[str, Any], root: Path, label: str
+) -> PredictionLogConfig | None:
+    if "prediction_log" not in monitoring:
+        return None
+    settings = dict(monitoring["prediction_log"])
+    if "url" in settings:
+        settings["url"] = resolve_log_url(settings["url"], root, label)
+    settings["url"] = settings.get("url")
+    settings["sinks"] = parse_sinks(settings.get("sinks", []), root, label)
+    return PredictionLogConfig(**settings)
+
+
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     root = source.parent
     server = ServerConfig(**raw.get("server", {}))
@@ -287,18 +301,12 @@ def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
             )
         )
     check_compositions(models, label)
-    monitoring = raw.get("monitoring", {})
-    prediction_log = None
-    if "prediction_log" in monitoring:
-        settings = dict(monitoring["prediction_log"])
-        settings["url"] = resolve_log_url(settings["url"], root, label)
-        prediction_log = PredictionLogConfig(**settings)
     return ServiceConfig(
         service=raw["service"],
         shadow_executor=ShadowExecutorConfig(**raw.get("shadow_executor", {})),
         admin=AdminConfig(**raw.get("admin", {})),
         model_cache=cache,
-        prediction_log=prediction_log,
+        prediction_log=_prediction_log(raw.get("monitoring", {}), root, label),
         **_given(raw, ("team",)),
         source=source,
         python_path=python_path,

@@ -56,11 +56,13 @@ def profile_version(
         rows = _rows_of_file(config, record, data, with_outputs, columns, progress, note)
         source = str(data)
     elif log_since_s is not None:
-        if config.prediction_log is None:
+        log_url = config.prediction_log.read_url() if config.prediction_log else None
+        if log_url is None:
             raise ProfileError(
-                f"{config_path}: no monitoring.prediction_log configured; profile a data file"
+                f"{config_path}: no monitoring.prediction_log url or parquet sink; "
+                "profile a data file"
             )
-        logged = read_prediction_log(config.prediction_log.url, model, version, log_since_s)
+        logged = read_prediction_log(log_url, model, version, log_since_s)
         rows = [(f, o) for _, f, o in logged]
         source = f"prediction log, last {log_since_s:g} s"
     else:

@@ -29,8 +29,11 @@ def write_drift_report(
     from servinglib.lifecycle.registry import ModelRegistry
 
     config = load_config(config_path)
-    if config.prediction_log is None:
-        raise ProfileError(f"{config_path}: no monitoring.prediction_log to report on")
+    log_url = config.prediction_log.read_url() if config.prediction_log else None
+    if log_url is None:
+        raise ProfileError(
+            f"{config_path}: no monitoring.prediction_log url or parquet sink to report on"
+        )
     registry = ModelRegistry(config)
     record = registry.record(model, version)
     profile_path = record.path / "profile.json"
@@ -42,9 +45,7 @@ def write_drift_report(
     profile = Profile.load(profile_path)
     whole = replace(profile, window=WindowSpec(seconds=since_s + 1, slots=1))
     monitor = VersionMonitor(model, record.version, whole, None, clock=lambda: 0.0)
-    for _, features, output in read_prediction_log(
-        config.prediction_log.url, model, record.version, since_s
-    ):
+    for _, features, output in read_prediction_log(log_url, model, record.version, since_s):
         monitor.observe(features, output)
     result = monitor.report()
     result["window"] = {"since_seconds": since_s}

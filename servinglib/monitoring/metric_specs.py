@@ -274,4 +274,36 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "truncated (features or output summarized: larger than max_record_bytes).",
         ("outcome",),
     ),
+    MetricSpec(
+        "prediction_sink_records",
+        "counter",
+        "servinglib_prediction_sink_records_total",
+        "Records of a prediction sink (Kafka, Parquet) by outcome: written to the sink, "
+        "spooled to disk (sink down or slow), replayed from the spool, or truncated.",
+        ("sink", "outcome"),
+    ),
+    MetricSpec(
+        "prediction_sink_dropped",
+        "counter",
+        "servinglib_prediction_sink_dropped_total",
+        "Records a prediction sink lost, by reason: buffer_full (memory buffer) or "
+        "spool_full (disk spool at spool_max_bytes).",
+        ("sink", "reason"),
+    ),
+    MetricSpec(
+        "prediction_sink_spool_bytes",
+        "gauge",
+        "servinglib_prediction_sink_spool_bytes",
+        "Bytes waiting in a prediction sink's disk spool, summed over live workers.",
+        ("sink",),
+        "livesum",
+    ),
+    MetricSpec(
+        "prediction_sink_lag",
+        "gauge",
+        "servinglib_prediction_sink_lag_seconds",
+        "Age of the oldest spooled record not yet delivered to the sink (0: none waiting).",
+        ("sink",),
+        "livemax",
+    ),
 )

@@ -226,6 +226,20 @@ class ServingMetrics:
         self._child("rollout_decisions", model, candidate, action).inc()
         self._child("rollout_step", model, candidate).set(step)
 
+    # prediction sinks (a SinkListener)
+    def sink_records(self, sink: str, outcome: str, count: int) -> None:
+        """Count a sink's records written, spooled, replayed or truncated."""
+        self._child("prediction_sink_records", sink, outcome).inc(count)
+
+    def sink_dropped(self, sink: str, reason: str, count: int) -> None:
+        """Count a sink's lost records by reason."""
+        self._child("prediction_sink_dropped", sink, reason).inc(count)
+
+    def sink_spool(self, sink: str, spool_bytes: int, lag_s: float) -> None:
+        """Set a sink's spool size and lag."""
+        self._child("prediction_sink_spool_bytes", sink).set(spool_bytes)
+        self._child("prediction_sink_lag", sink).set(lag_s)
+
     def render(self) -> tuple[bytes, str]:
         """Prometheus text for ``/metrics``: all workers in multiprocess mode, else this one."""
         return generate_latest(self._scraped()), CONTENT_TYPE_LATEST

@@ -77,6 +77,7 @@ class PredictionRecord:
     features: Any
     output: Any
     latency_ms: float
+    trace_id: str | None = None
 
     def row(self) -> tuple[Any, ...]:
         """The record as a database row (features and output as JSON text)."""
@@ -101,10 +102,10 @@ def _json_text(value: Any) -> str:
 
 
 class Sink(Protocol):
-    """Where batches of records go; used only from the writer thread."""
+    """Where batches go; used only from the writer thread."""
 
-    def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Write rows in one transaction."""
+    def write(self, rows: Sequence[Any]) -> None:
+        """Write rows (or events) at once; raise when they were not all stored."""
 
     def close(self) -> None:
         """Release the connection."""
@@ -229,6 +230,11 @@ class PredictionLogger:
         )
         self._thread.start()
 
+    @property
+    def sample_rate(self) -> float:
+        """The fraction of requests this log keeps."""
+        return self._config.sample_rate
+
     def sampled(self) -> bool:
         """Draw whether the next request is logged."""
         return self._config.sample_rate >= 1.0 or self._rng() < self._config.sample_rate
@@ -314,8 +320,7 @@ class PredictionLogger:
                         break
                     if item is not _STOP:
                         batch.append(self._taken(item))
-            if batch:
-                self._write(batch)
+            self._write(batch)  # also when empty: a subclass may have background work
         self._sink.close()
 
     def _taken(self, item: object) -> PredictionRecord:

@@ -34,11 +34,11 @@ from servinglib.lifecycle.rollout import RolloutWatcher, read_sync_status
 from servinglib.lifecycle.store import require_synced
 from servinglib.model_metrics import ModelMetrics
 from servinglib.monitoring.drift import DriftMonitor
+from servinglib.monitoring.log_fanout import open_logs
 from servinglib.monitoring.logs import configure_logging
 from servinglib.monitoring.metrics import ServingMetrics, multiprocess_dir
 from servinglib.monitoring.model_metrics import metrics_for
 from servinglib.monitoring.model_sync import ModelSyncCollector
-from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.serving.batching import BatchListener
 from servinglib.serving.recording import AnswerRecorder
 from servinglib.serving.service import (
@@ -215,13 +215,7 @@ def build_worker(
     metrics.declare_shadow_pairs(config)
     logger = None
     if config.prediction_log is not None:
-        logger = PredictionLogger(
-            config.prediction_log,
-            open_sink(config.prediction_log.url),
-            on_dropped=metrics.prediction_log_dropped,
-            on_written=metrics.prediction_log_written,
-            on_truncated=metrics.prediction_log_truncated,
-        )
+        logger = open_logs(config.prediction_log, config.service, metrics)
     observed: list[tuple[ShadowRouter, DriftMonitor]] = []
 
     def observe(registry: ModelRegistry) -> Observers:

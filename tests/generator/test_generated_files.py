@@ -157,7 +157,11 @@ def test_terraform_parses_and_declares_every_resource(rendered: Rendered) -> Non
         "kubernetes_horizontal_pod_autoscaler_v2",
         "kubernetes_pod_disruption_budget_v1",
         "kubernetes_network_policy_v1",
+        "kafka_topic",
+        "aws_s3_bucket",
     }
+    topic = resources["kafka_topic"]["predictions"]
+    assert topic["name"] == "${var.prediction_topic}"
     pod = resources["kubernetes_deployment_v1"]["app"]["spec"][0]["template"][0]["spec"][0]
     containers = {c["name"]: c for c in pod["container"]}
     assert set(containers) == {"app", "envoy"}
@@ -172,6 +176,7 @@ def test_terraform_parses_and_declares_every_resource(rendered: Rendered) -> Non
     }
     variables = {name for block in terraform["variable"] for name in block}
     assert {"namespace", "image", "models", "min_replicas", "max_replicas"} <= variables
+    assert {"kafka_bootstrap_servers", "prediction_topic", "prediction_bucket"} <= variables
     outputs = {name for block in terraform["output"] for name in block}
     assert outputs == {"namespace", "service_name", "service_url", "infer_urls"}
     tfvars = json.loads((repo / "terraform/models.auto.tfvars.json").read_text())
@@ -221,7 +226,7 @@ def test_alerting_rules_pass_promtool_and_name_the_service(rendered: Rendered) -
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (Debian: apt-get install prometheus)")
-    assert "SUCCESS: 8 rules found" in run([promtool, "check", "rules", rules]).stdout
+    assert "SUCCESS: 9 rules found" in run([promtool, "check", "rules", rules]).stdout
 
 
 def test_only_a_torch_repo_uses_pytorchs_index(rendered: Rendered) -> None:

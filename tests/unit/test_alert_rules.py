@@ -27,7 +27,7 @@ def test_promtool_check_rules_accepts_the_shipped_rules() -> None:
         [PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 @needs_promtool

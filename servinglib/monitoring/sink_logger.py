@@ -1,0 +1,131 @@
+"""A prediction log that streams to one sink (Kafka, Parquet) and spools to disk meanwhile.
+
+It is a :class:`~servinglib.monitoring.prediction_log.PredictionLogger` (same sampling,
+bounded buffer, oversize summaries, drain on close) whose writer thread turns records into
+events (:mod:`~servinglib.monitoring.prediction_events`) and hands them to the sink. A batch
+the sink refuses goes to the disk spool, and so does every later batch until the spool is
+replayed, oldest first, so the sink receives records in the order they were logged. A
+replay is tried after a backoff (0.5 s doubling to 10 s); a closing logger does not wait
+for a sink that is down: what is left goes to the spool, and a live worker adopts the
+spool of one that exited (at its start, then every 10 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from servinglib.config.sinks import LogSinkConfig
+from servinglib.config.spec import PredictionLogConfig
+from servinglib.monitoring.prediction_events import event_of
+from servinglib.monitoring.prediction_log import PredictionLogger, PredictionRecord
+from servinglib.monitoring.spool import Spool
+
+__all__ = ["EventSink", "SinkListener", "SinkLogger"]
+
+log = logging.getLogger("servinglib.prediction_log")
+
+_BACKOFF_S = (0.5, 10.0)
+_ADOPT_EVERY_S = 10.0  # how often a worker looks for the spool of a worker that exited
+
+
+class EventSink(Protocol):
+    """A destination of prediction events."""
+
+    def write(self, events: Sequence[dict[str, Any]]) -> None:
+        """Store every event, or raise."""
+
+    def close(self) -> None:
+        """Flush and release connections."""
+
+
+class SinkListener(Protocol):
+    """The metrics of a sink (``ServingMetrics`` implements it)."""
+
+    def sink_records(self, sink: str, outcome: str, count: int) -> None:
+        """Count records written, spooled, replayed or truncated."""
+
+    def sink_dropped(self, sink: str, reason: str, count: int) -> None:
+        """Count records lost: ``buffer_full``, ``spool_full`` or ``closed``."""
+
+    def sink_spool(self, sink: str, spool_bytes: int, lag_s: float) -> None:
+        """Set the spool's size and the age of its oldest record."""
+
+
+class SinkLogger(PredictionLogger):
+    """Logs to ``sink`` through a bounded buffer and a disk spool (see the module)."""
+
+    def __init__(
+        self, config: LogSinkConfig, sink: EventSink, source: str, listener: SinkListener
+    ) -> None:
+        self.name = config.name
+        self._source = source
+        self._listener = listener
+        self._spool = Spool(config.spool_dir, config.spool_max_bytes)
+        self._next_try = self._next_adopt = 0.0
+        self._backoff = _BACKOFF_S[0]
+        name = config.name
+        for reason in ("buffer_full", "spool_full"):  # series at 0 from the start, for alerts
+            listener.sink_dropped(name, reason, 0)
+        super().__init__(
+            PredictionLogConfig(url=None, **config.buffer),
+            sink,
+            on_dropped=lambda n: listener.sink_dropped(name, "buffer_full", n),
+            on_written=lambda n: listener.sink_records(name, "written", n),
+            on_truncated=lambda n: listener.sink_records(name, "truncated", n),
+        )
+
+    def _write(self, batch: list[PredictionRecord]) -> None:
+        events = [event_of(record, self._source) for record in batch]
+        closing = self._closed.is_set()
+        if time.monotonic() >= self._next_adopt and not closing:
+            self._spool.adopt()
+            self._next_adopt = time.monotonic() + _ADOPT_EVERY_S
+        if self._spool.pending and not closing:
+            self._replay()
+        if events and (self._spool.pending or not self._sent(events)):
+            self._spill(events)
+        self._listener.sink_spool(self.name, self._spool.bytes, self._spool.oldest_age_s())
+
+    def _sent(self, events: list[dict[str, Any]]) -> bool:
+        try:
+            self._sink.write(events)
+        except Exception as e:
+            self._failed(e)
+            return False
+        self._on_written(len(events))
+        return True
+
+    def _failed(self, error: Exception) -> None:
+        log.warning("prediction sink %s: %s; spooling until it is back", self.name, error)
+        self._next_try = time.monotonic() + self._backoff
+        self._backoff = min(_BACKOFF_S[1], self._backoff * 2)
+
+    def _replay(self) -> None:
+        """Send spooled segments oldest first while the sink takes them."""
+        if time.monotonic() < self._next_try:
+            return
+        while self._spool.pending:
+            events = self._spool.head()
+            try:
+                self._sink.write(events)
+            except Exception as e:
+                self._failed(e)
+                return
+            self._spool.pop()
+            self._listener.sink_records(self.name, "replayed", len(events))
+        self._backoff = _BACKOFF_S[0]
+        log.info("prediction sink %s: spool replayed", self.name)
+
+    def _spill(self, events: list[dict[str, Any]]) -> None:
+        try:
+            kept = self._spool.append(events)
+        except OSError:
+            log.exception("prediction sink %s: cannot write its spool", self.name)
+            kept = False
+        if kept:
+            self._listener.sink_records(self.name, "spooled", len(events))
+        else:
+            self._listener.sink_dropped(self.name, "spool_full", len(events))

@@ -35,6 +35,17 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "batch": ("pyarrow", "tqdm"),
     "ray": ("ray", "pyarrow", "tqdm"),
     "drift": ("pyarrow", "matplotlib", "tqdm"),
+    "grpc": ("grpc", "grpc_health"),
+    "sklearn": ("sklearn", "skops", "pandas"),
+    "xgboost": ("xgboost",),
+    "lightgbm": ("lightgbm",),
+    "tabular-onnx": ("skl2onnx", "onnxmltools", "onnx", "onnxruntime"),
+    "store": ("fsspec", "s3fs"),
+    "kafka": ("confluent_kafka",),
+    "parquet": ("pyarrow", "fsspec"),
+    "tracing": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
+    "prune": ("torch_pruning",),
+    "rollout": ("matplotlib",),
 }
 MINIMUM_PYTHON = (3, 11)
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -127,7 +138,10 @@ def _floors() -> Iterator[Finding]:
 
 
 def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing
+        return False
 
 
 def _extras(extras: Mapping[str, tuple[str, ...]]) -> Iterator[Finding]:

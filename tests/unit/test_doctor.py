@@ -115,3 +115,14 @@ def test_a_core_dependency_below_its_floor_is_something_to_fix(tmp_path: Path) -
     assert f"-> pip install 'gunicorn>={floor}'" in result.stdout
     for extra in ("batch", "ray", "drift"):
         assert f"extra {extra}" in result.stdout
+
+
+def test_doctor_knows_every_extra_a_user_can_install() -> None:
+    import tomllib
+
+    from servinglib.cli.doctor import EXTRAS
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    declared = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    extras = set(declared["optional-dependencies"]) - {"dev", "bench", "examples"}
+    assert extras <= set(EXTRAS), f"add {sorted(extras - set(EXTRAS))} to doctor.EXTRAS"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["print_outcome"]
+__all__ = ["print_outcome", "print_verified"]
 
 
 def print_outcome(outcome: Any) -> None:
@@ -47,3 +47,14 @@ def print_outcome(outcome: Any) -> None:
     for warning in document["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"report: {outcome.files.markdown} (+ .json, .png)")
+
+
+def print_verified(
+    wrote: str, against: str, checked: Any, max_diff: float, reference: str | None = None
+) -> None:
+    """What ``optimize export`` verified: the file, the inputs checked and the largest gap
+    to ``reference`` (``against`` unless given)."""
+    print(f"wrote {wrote}; verified against {against} on:")
+    for item in checked:
+        print(f"  {item}")
+    print(f"max |ONNX Runtime - {reference or against}| = {max_diff:.3g}")

@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from servinglib.optimize._cli_output import print_verified
 from servinglib.optimize._cli_types import int_at_least, non_negative
 
 __all__ = ["add_measure_options", "add_tabular_options", "export_tabular_command", "is_tabular"]
@@ -150,10 +151,9 @@ def export_tabular_command(args: argparse.Namespace) -> int:
             min_round_s=args.min_round_s,
         ),
     )
-    print(f"wrote {result.path}; verified against runtime: {runtime} on:")
-    for checked in result.checked:
-        print(f"  {checked}")
-    print(f"max |ONNX Runtime - {runtime}| = {result.max_abs_diff:.3g}")
+    print_verified(
+        str(result.path), f"runtime: {runtime}", result.checked, result.max_abs_diff, runtime
+    )
     if result.self_tests is not None:
         print(f"wrote {result.self_tests} (self-tests for runtime: onnx)")
     print(f"\nmeasured interleaved, {args.threads} thread(s) each:")

@@ -24,7 +24,7 @@ from typing import Any
 
 from servinglib.errors import ServinglibError
 from servinglib.optimize._cli_compress import COMMANDS, add_compress_parsers, run_compress
-from servinglib.optimize._cli_output import print_outcome
+from servinglib.optimize._cli_output import print_outcome, print_verified
 from servinglib.optimize._cli_prune import dynamic_axes
 from servinglib.optimize._cli_types import (
     add_quantize_options,
@@ -273,10 +273,12 @@ def _export(args: argparse.Namespace) -> int:
         rtol=args.rtol,
         allow_trace_warnings=args.allow_trace_warnings,
     )
-    print(f"wrote {result.path} (opset {result.opset}); verified against PyTorch on:")
-    for shapes in result.checked_shapes:
-        print(f"  {shapes}")
-    print(f"max |ONNX Runtime - PyTorch| = {result.max_abs_error:.3g}")
+    print_verified(
+        f"{result.path} (opset {result.opset})",
+        "PyTorch",
+        result.checked_shapes,
+        result.max_abs_error,
+    )
     if result.ignored_warnings:
         print("ignored warnings raised inside PyTorch itself (not in your code):")
         for warning in result.ignored_warnings:

@@ -110,12 +110,32 @@ def test_a_quick_model_that_stops_on_the_event_loop_is_cut_off_and_moved_to_thre
     def on_the_loop() -> bool:  # once its calls are measured quick, it runs on the loop
         return bool(infer(server.url, "steady", quick).json()["output"]["thread"] == "MainThread")
 
-    # The measure is a moving average of call durations: a busy machine (another thread
-    # holding the GIL) inflates some calls, so wait for it rather than count calls.
-    wait_until(on_the_loop, 120, "'steady' measured quick and answered on the event loop")
     release = tmp_path / "release"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        stuck = pool.submit(infer, server.url, "steady", {**quick, "wait_for": str(release)})
+    started = tmp_path / "started"
+
+    def waiting_threads() -> list[str]:
+        return started.read_text().split() if started.exists() else []
+
+    # The measure is a moving average of call durations: on a busy machine (another thread
+    # holding the GIL) the call that said "quick" may itself be measured slow, and the next
+    # call goes to a thread. So try until the waiting call is seen waiting on the loop.
+    stuck_call = {**quick, "wait_for": str(release), "started_to": str(started)}
+    for attempt in range(20):
+        wait_until(on_the_loop, 120, "'steady' measured quick and answered on the event loop")
+        started.unlink(missing_ok=True)
+        release.unlink(missing_ok=True)
+        pool = ThreadPoolExecutor(max_workers=1)
+        stuck = pool.submit(infer, server.url, "steady", stuck_call)
+        wait_until(lambda: bool(waiting_threads()), 30, "the waiting call to start")
+        if waiting_threads()[0] == "MainThread":
+            break
+        release.touch()  # it went to a thread: let it finish, and try again
+        assert stuck.result(timeout=30).status_code == 200
+        pool.shutdown()
+    else:
+        pytest.fail("20 waiting calls in a row went to threads, not the event loop")
+    print(f"figures: the waiting call ran on the loop at attempt {attempt + 1}")
+    with pool:
         wait_until(lambda: "was interrupted" in server.log(), 30, "the cut-off of the call")
         # The loop answers while the call waits (on a thread now, rerun there).
         assert requests.get(f"{server.url}/readyz", timeout=10).status_code == 200

@@ -100,7 +100,7 @@ async def _serve(requests: int, flag: str) -> None:
             _Transport(),
             protocol(config=config, server_state=state, app_state={}),
         )
-        connection.connection_made(transport)
+        connection.connection_made(transport)  # type: ignore[arg-type]  # in memory
         connections.append((connection, transport))
 
     async def one(connection: Any, transport: _Transport) -> None:

@@ -139,7 +139,7 @@ def test_the_generated_tests_pass(
     result = run(
         [venv.bin("python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo, env=venv.env
     )
-    assert "7 passed" in result.stdout, result.stdout
+    assert "8 passed" in result.stdout, result.stdout
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -166,7 +166,7 @@ def test_a_model_added_later_passes_its_tests_too(
     result = run(
         [venv.bin("python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo, env=venv.env
     )
-    assert "11 passed" in result.stdout, result.stdout
+    assert "12 passed" in result.stdout, result.stdout
 
 
 def v2_body(runtime: str) -> dict[str, object]:

@@ -131,6 +131,7 @@ def installed(venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Callable[
     return get
 
 
+@pytest.mark.timeout(900)  # the first one builds the venv: servinglib, moto, s3fs, torch
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_generated_tests_pass(
     venv: Venv, installed: Callable[[str], Path], runtime: str

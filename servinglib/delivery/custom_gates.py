@@ -148,6 +148,8 @@ def metric_gate(
     p, test = proportion_p(
         bad_c, total_c, bad_b, total_b, cap, bound.value if bound.relative else 0
     )
+    if bound.higher_is_better:
+        test += " on the misses"
     failed = p < alpha
     limit = bound.limit(rate_b)
     reason = (

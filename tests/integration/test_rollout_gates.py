@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 import requests
 
+from servinglib.delivery.external import query_prometheus
 from servinglib.lifecycle.rollout_state import read_evidence
 from servinglib.monitoring.drift import build_profile
 from servinglib.serve.admin_client import AdminClient
@@ -61,6 +63,8 @@ def _versions_answered(load: Load) -> set[str]:
 def test_a_shadow_first_rollout_gated_on_drift_metrics_and_prometheus_is_promoted(
     tmp_path: Path, start_server: Any
 ) -> None:
+    if shutil.which("prometheus") is None:
+        pytest.skip("needs Debian's prometheus package (.ci/run installs it)")
     admin_port, port = free_port(), free_port()
     prometheus = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{port}"])
     try:
@@ -134,6 +138,9 @@ def test_a_shadow_first_rollout_gated_on_drift_metrics_and_prometheus_is_promote
         document = json.loads((out / "rollout.json").read_text())
         assert {"drift", "metric:basket", "prometheus:mean_latency"} <= set(document["series"])
         assert (out / "gate-prometheus:mean_latency.png").stat().st_size > 1000
+        # A query Prometheus refuses is an error with its reason, not an empty result.
+        with pytest.raises(OSError, match=r"HTTP 400 for query 'sum\('.*parse error"):
+            query_prometheus(prometheus.url, "sum(", 5)
     finally:
         prometheus.close()
 

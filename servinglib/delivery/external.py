@@ -60,10 +60,13 @@ class ExternalReadings:
         """The readings ``policy``'s gates need now."""
         readings: dict[str, Any] = {}
         if policy.drift is not None:
-            readings["drift"] = {
-                "baseline": self._fields(model, baseline),
-                "candidate": self._fields(model, candidate),
-            }
+            try:
+                readings["drift"] = {
+                    "baseline": self._fields(model, baseline),
+                    "candidate": self._fields(model, candidate),
+                }
+            except (OSError, ValueError) as e:  # an unreadable count table: unknown, not a crash
+                readings["drift"] = {"baseline": None, "candidate": None, "error": repr(e)}
         if policy.queries:
             readings["queries"] = {
                 q.name: query_pair(q, model, baseline, candidate) for q in policy.queries

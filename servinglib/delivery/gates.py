@@ -1,9 +1,10 @@
-"""Gates: each compares baseline and candidate over one window and says fail, pass or wait.
+"""Gates: each compares baseline and candidate over one window: fail, pass, wait or unknown.
 
 A gate **fails** only when its one-sided test rejects "the candidate is no worse" at the
 policy's ``alpha`` (and, for latency, the measured ratio is also past the threshold: a
 significant but harmless shift does not roll back). It **passes** once the step has its
-minimum of candidate requests without failing. Otherwise it **waits** for evidence.
+minimum of candidate requests without failing. Otherwise it **waits** for evidence, or is
+**unknown** when the evidence cannot be read (the controller pauses the rollout).
 """
 
 from __future__ import annotations

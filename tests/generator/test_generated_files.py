@@ -214,7 +214,9 @@ def test_text_files_parse(rendered: Rendered) -> None:
     tomllib.loads((repo / "pyproject.toml").read_text())
     # A checkout source is vendored as a wheel: nothing points back to this machine.
     (wheel,) = (repo / "wheels").glob("servinglib-*.whl")
-    assert (repo / "requirements.txt").read_text().splitlines()[-1] == f"./wheels/{wheel.name}"
+    assert (repo / "requirements.txt").read_text().splitlines()[
+        -1
+    ] == f"./wheels/{wheel.name}[tracing]"
     assert str(REPO_ROOT) not in (repo / "requirements.txt").read_text()
     assert "@eta" in (repo / ".github/CODEOWNERS").read_text()
 

@@ -242,3 +242,45 @@ def test_parquet_lake_survives_kill_9_and_feeds_profile_from_log(tmp_path: Path)
     assert profile["source"] == "prediction log, last 3600 s"
     assert {f["name"]: f["count"] for f in profile["fields"]}["x"] == rows
     print(f"figures: {len(files)} files, {rows} rows of {answered} answers after 2 kill -9")
+
+
+def test_an_s3_lake_on_the_session_store_types_features_and_feeds_profile_from_log(
+    tmp_path: Path, s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    s3fs = pytest.importorskip("s3fs")
+    for key, value in s3_store.env.items():  # the server, the CLI and s3fs here read them
+        monkeypatch.setenv(key, value)
+    s3_store.client.create_bucket(Bucket="predictions-lake")
+    config = write_service(
+        tmp_path,
+        "    input_schema: {type: object, properties: {x: {type: number}}}\n",
+        "monitoring:\n  prediction_log:\n    sinks:\n"
+        "      - {type: parquet, url: 's3://predictions-lake/log', flush_interval_ms: 20}\n",
+    )
+    server = launch(config, tmp_path, "--workers", "1")
+    try:
+        answered = sum(infer(server.url, i)[0] == 200 for i in range(30))  # x: 1 ... 30
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=60)
+    finally:
+        stop(server.process)
+    assert answered == 30
+    fs = s3fs.S3FileSystem()
+    files = fs.glob("predictions-lake/log/model=scorer/version=1/date=*/hour=*/*.parquet")
+    assert files, fs.find("predictions-lake")
+    tables = [pq.read_table(path, filesystem=fs) for path in files]
+    assert {t.schema.field("feature_x").type for t in tables} == {pa.float64()}
+    xs = sorted(x for t in tables for x in t.column("feature_x").to_pylist())
+    assert xs == [float(i) for i in range(1, 31)]  # declared number: ints logged as doubles
+    assert all(t.column("inputs").null_count == t.num_rows for t in tables)
+    result = run_cli(
+        "profile",
+        *("--config", str(config), "--model", "scorer", "--version", "1"),
+        *("--from-log", "1h", "--no-progress"),
+    )
+    assert result.returncode == 0, result.stderr
+    profile = json.loads((tmp_path / "models" / "scorer" / "1" / "profile.json").read_text())
+    assert {f["name"]: f["count"] for f in profile["fields"]}["x"] == 30
+    print(f"figures: {len(files)} lake files on s3, 30 rows, feature_x double")

@@ -7,7 +7,8 @@ same value, so adding a field is a change in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = ["AnswerRecorder", "AnsweredPrediction"]
@@ -17,13 +18,13 @@ __all__ = ["AnswerRecorder", "AnsweredPrediction"]
 class AnsweredPrediction:
     """One answered request of ``model`` ``version``, as the prediction log keeps it.
 
-    ``shadow_of`` is the primary version when a shadow copy answered; ``logged_at`` is when
-    it answered (seconds since the epoch); ``trace_id`` (32 hex digits) and ``span_id``
-    (16) name the request's span when it is traced, else None.
+    ``trace_id`` (32 hex digits) and ``span_id`` (16) name the answer's span when the
+    request is traced, else None; ``shadow_of`` is the primary version when a shadow copy
+    answered; ``logged_at`` is when it answered (seconds since the epoch: now).
 
     Example::
 
-        AnsweredPrediction("r1", "eta", "2", {"x": 1}, {"eta": 3.5}, 1.2, None, time.time())
+        AnsweredPrediction("r1", "eta", "2", {"x": 1}, {"eta": 3.5}, 1.2, shadow_of="1")
     """
 
     request_id: str
@@ -32,10 +33,10 @@ class AnsweredPrediction:
     features: Any
     output: Any
     latency_ms: float
-    shadow_of: str | None
-    logged_at: float
     trace_id: str | None = None
     span_id: str | None = None
+    shadow_of: str | None = None
+    logged_at: float = field(default_factory=time.time)
 
     @property
     def traceparent(self) -> str | None:

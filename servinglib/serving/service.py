@@ -326,8 +326,6 @@ class InferenceService:
                     features,
                     output,
                     elapsed * 1000,
-                    None,
-                    time.time(),
                     *tracing.trace_ids_of(request.trace),
                 )
             )

@@ -278,9 +278,8 @@ class ShadowRouter:
                         features,
                         answer,
                         elapsed * 1000,
-                        primary,
-                        time.time(),
                         *tracing.trace_ids_of(trace, span),  # under the copy's own span
+                        shadow_of=primary,
                     )
                 )
         except DeadlineExceededError:

@@ -44,7 +44,7 @@ def first_writes_together(url: str, workers: int, answer: AnsweredPrediction) ->
 
 def record(i: int, shadow_of: str | None = None) -> AnsweredPrediction:
     return AnsweredPrediction(
-        f"r{i}", "eta", "2", {"x": i}, {"y": np.float32(i)}, 1.5, shadow_of, time.time()
+        f"r{i}", "eta", "2", {"x": i}, {"y": np.float32(i)}, 1.5, shadow_of=shadow_of
     )
 
 
@@ -226,13 +226,13 @@ def test_oversized_records_are_summarized_and_the_buffer_is_bounded_in_bytes(
     big = np.zeros(1 << 20, dtype=np.float64)  # 8 MiB
     for i in range(200):  # each kept record is about 2 KiB of small features
         logger.record(
-            AnsweredPrediction(f"r{i}", "m", "1", {"x": [1.0] * 200}, {"y": 1}, 1.0, None, 0.0)
+            AnsweredPrediction(f"r{i}", "m", "1", {"x": [1.0] * 200}, {"y": 1}, 1.0, logged_at=0.0)
         )
-    assert logger.record(AnsweredPrediction("big", "m", "1", big, {"y": 1}, 1.0, None, 0.0))
+    assert logger.record(AnsweredPrediction("big", "m", "1", big, {"y": 1}, 1.0, logged_at=0.0))
     assert sum(truncated) == 1
     for i in range(2000):  # about 4 MiB more than the buffer may hold while the sink is stuck
         logger.record(
-            AnsweredPrediction(f"s{i}", "m", "1", {"x": [1.0] * 200}, {"y": 1}, 1.0, None, 0.0)
+            AnsweredPrediction(f"s{i}", "m", "1", {"x": [1.0] * 200}, {"y": 1}, 1.0, logged_at=0.0)
         )
     assert sum(dropped) > 0
     blocked.set()

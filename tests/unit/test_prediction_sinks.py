@@ -52,8 +52,8 @@ def record(
         {"x": float(i)},
         {"y": i * 2},
         1.5,
-        shadow_of,
-        time.time() if logged_at is None else logged_at,
+        shadow_of=shadow_of,
+        logged_at=time.time() if logged_at is None else logged_at,
     )
 
 
@@ -283,7 +283,7 @@ def test_lake_features_are_typed_columns_by_input_schema_else_by_file(tmp_path: 
 
     def answer(i: int, version: str, features: Any) -> dict[str, Any]:
         return event_of(
-            AnsweredPrediction(f"r{i}", "m", version, features, {"y": i}, 1.0, None, time.time()),
+            AnsweredPrediction(f"r{i}", "m", version, features, {"y": i}, 1.0),
             "servinglib/svc",
         )
 

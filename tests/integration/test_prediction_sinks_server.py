@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import threading
 import time
 from collections import Counter
@@ -60,6 +61,13 @@ def total(url: str, name: str, **labels: str) -> float:
         for key, value in metric_values(url, name).items()
         if all((k, v) in key for k, v in labels.items())
     )
+
+
+def window_p95s(answers: list[tuple[int, float]], window: int = 50) -> list[float]:
+    """The p95 latency of each run of ``window`` consecutive answers."""
+    latencies = [seconds for _, seconds in answers]
+    chunks = [latencies[i : i + window] for i in range(0, len(latencies) - window + 1, window)]
+    return [sorted(chunk)[int(window * 0.95)] for chunk in chunks]
 
 
 def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
@@ -182,9 +190,20 @@ def test_a_broker_outage_spools_then_delivers_everything_and_a_full_spool_counts
         stop(server.process)
     statuses = Counter(status for phase_results in results.values() for status, _ in phase_results)
     assert set(statuses) == {200}, statuses  # serving never waited for the broker
-    p95 = {name: sorted(s for _, s in r)[int(len(r) * 0.95)] for name, r in results.items()}
-    # Waiting for the broker would take the 2 s delivery timeout.
-    assert p95["outage"] < 1.0, p95
+    p95 = {name: window_p95s(r) for name, r in results.items()}
+    typical = {name: statistics.median(values) for name, values in p95.items()}
+    around = p95["before"] + p95["after"]
+    baseline = statistics.median(around)
+    # The machine's load drifts during a run (other tests, other servers): one p95 over the
+    # outage against one before it compares two moments as much as two states. So each
+    # phase is cut into windows of 50 answers, and the median of the outage windows' p95s
+    # is compared with the median of the windows before and after it, which surround it in
+    # time. Serving never waits for the broker (that would take the 2 s delivery timeout)
+    # and spooling does not slow it: within 10 %, within 10 ms for latencies of a few ms
+    # (where 10 % is below the noise), or within the spread the windows with the broker up
+    # show among themselves when the machine is that loaded.
+    allowed = max(baseline * 1.10, baseline + 0.010, *around)
+    assert typical["outage"] <= allowed, (p95, baseline)
     answered = set(sent)  # every one answered 200 (above)
     found = events(kafka_broker, topic)
     primary = Counter(e["id"] for e in found if e["data"]["shadow_of"] is None)
@@ -192,8 +211,8 @@ def test_a_broker_outage_spools_then_delivers_everything_and_a_full_spool_counts
     duplicates = sum(n - 1 for n in primary.values())
     print(
         f"figures: outage {len(results['outage'])} answers, spooled {spooled:.0f}, replayed "
-        f"{replayed_in:.1f} s after, {duplicates} duplicates; p95 ms "
-        + ", ".join(f"{k} {v * 1000:.1f}" for k, v in p95.items())
+        f"{replayed_in:.1f} s after, {duplicates} duplicates; median window p95 ms "
+        + ", ".join(f"{k} {v * 1000:.1f}" for k, v in typical.items())
     )
 
 

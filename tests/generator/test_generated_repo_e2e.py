@@ -33,7 +33,7 @@ import yaml
 
 from tests.conftest import free_port, stop
 from tests.generator._index import LocalIndex, local_index
-from tests.generator._repos import REPO_ROOT, render, run
+from tests.generator._repos import REPO_ROOT, loopback_grpc, render, run
 from tests.generator.test_generated_repos import Server, Venv, make_venv, start
 
 # Building a wheel and two virtualenvs takes minutes on a busy 2-core machine.
@@ -220,6 +220,7 @@ def envoy_config(repo: Path, path: Path, app_port: int, route_timeout_s: float |
     cluster = config["static_resources"]["clusters"][0]
     endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     endpoint["address"]["socket_address"]["port_value"] = app_port
+    loopback_grpc(config, free_port())  # gRPC is not called here: off the fixed port
     if route_timeout_s is not None:
         manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
         for host in manager["typed_config"]["route_config"]["virtual_hosts"]:
@@ -255,6 +256,7 @@ def served(image: Image, clone: Clone, tmp_path: Path) -> Iterator[tuple[Server,
         **image.env,
         "SERVINGLIB_HOST": "127.0.0.1",
         "SERVINGLIB_PORT": str(app_port),
+        "SERVINGLIB_GRPC_PORT": str(free_port()),
         "SERVINGLIB_WORKERS": "1",
         "SLEEPY_LOG": str(log),
     }

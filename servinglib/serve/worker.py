@@ -18,6 +18,9 @@ gunicorn answers what it refuses itself (a malformed request line or header, a t
 coding it does not know, a bad chunk) with an HTML page; this worker's ``handle_error``
 sends the same status with a JSON ``{"error": ...}`` body instead, like every other answer
 of servinglib (:mod:`servinglib.serve.refusals`).
+
+With ``server.grpc_port`` set, each worker also serves gRPC on an event loop in a thread of
+its own (:mod:`servinglib.grpc_front.thread`), drained with HTTP on SIGTERM.
 """
 
 from __future__ import annotations

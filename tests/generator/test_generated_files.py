@@ -95,6 +95,15 @@ def test_envoy_policy_matches_the_server(rendered: Rendered) -> None:
     assert server.timeout_s > 15
 
 
+def test_requirements_carry_servinglibs_grpc_extra(rendered: Rendered) -> None:
+    repo = rendered("python")
+    extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["grpc"]
+    lines = (repo / "requirements.txt").read_text().splitlines()
+    assert set(extra) <= set(lines), f"requirements.txt lacks the grpc extra {extra}"
+
+
 def test_envoy_grpc_listener_routes_http2_to_the_grpc_port(rendered: Rendered) -> None:
     repo = rendered("python")
     config = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())

@@ -330,7 +330,7 @@ def test_the_wheel_ships_the_templates_and_renders_a_repo(
     from_checkout = render(work / "checkout", servinglib=str(wheel))
     assert files_of(repo) == files_of(from_checkout)  # hidden files too: .github/, .gitignore
     assert (repo / "wheels" / wheel.name).is_file()
-    assert f"./wheels/{wheel.name}" in (repo / "requirements.txt").read_text().splitlines()
+    assert f"./wheels/{wheel.name}[tracing]" in (repo / "requirements.txt").read_text().splitlines()
     env.pip_install("-r", "requirements.txt", cwd=repo)
     run([env.bin("servinglib"), "validate"], cwd=repo, env=env.env)
     run([env.bin("servinglib"), "selftest"], cwd=repo, env=env.env)

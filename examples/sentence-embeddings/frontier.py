@@ -9,10 +9,10 @@ channel). On the held-out ``sentences.txt``: mean cosine to the FP32 teacher and
 nearest-neighbour agreement; every INT8 model (and L6-INT8) timed interleaved, p50 at batch
 1 and throughput at batch 32. Writes ``frontier.json`` and ``frontier.png``.
 
-Usage (from the repository root; about 15 minutes of one core for the defaults)::
+Usage (from the repository root; about 5 minutes of one core for the defaults)::
 
     HF_HUB_OFFLINE=1 nice python examples/sentence-embeddings/frontier.py \\
-        --students L2,L3,L4,L4h50 --train-sentences 800 --epochs 2
+        --students L2,L3,L4,L4h50 --train-sentences 600 --epochs 2
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", default="L2,L3,L4,L4h50")
-    parser.add_argument("--train-sentences", type=int, default=800)
+    parser.add_argument("--train-sentences", type=int, default=600)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--out", type=Path, default=HERE / "build" / "frontier")

@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "build" / "frontier")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    out = args.out
+    out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     calibration = [line for line in (HERE / "calibration.txt").read_text().splitlines() if line]
     held_out = [line for line in (HERE / "sentences.txt").read_text().splitlines() if line]

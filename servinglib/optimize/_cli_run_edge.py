@@ -28,7 +28,7 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
         "p50 on an emulated host, and an edge bundle (default: %(default)s)",
     )
     parser.add_argument(
-        "--profile", choices=PROFILE_NAMES, default="rpi5", help="edge device profile"
+        "--profile", choices=PROFILE_NAMES, help="edge device profile (default: rpi5)"
     )
     parser.add_argument("--bundle", type=Path, help="edge bundle directory (default: <out>/edge)")
 
@@ -36,9 +36,15 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
 def edge_bundle_path(args: argparse.Namespace, destination: Path) -> Path | None:
     """The bundle directory of ``--target edge`` (None for ``server``), refused before any
     work when it holds other files."""
-    if args.target != "edge":
-        return None
     from servinglib.optimize.edge_bundle import refuse_foreign_directory
+    from servinglib.optimize.errors import OptimizeError
+
+    if args.target != "edge":
+        given = [flag for flag in ("profile", "bundle") if getattr(args, flag) is not None]
+        if given:
+            raise OptimizeError(f"--{given[0]} applies to the edge target: add --target edge")
+        return None
+    args.profile = args.profile or "rpi5"
 
     bundle: Path = args.bundle or destination.parent / "edge"
     refuse_foreign_directory(bundle)

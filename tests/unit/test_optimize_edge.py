@@ -178,3 +178,14 @@ def test_run_target_edge_quantizes_then_bundles_the_smallest_within_the_profile(
     want = open_session(out).raw.run(None, {"pixels": pixels})[0]
     got = open_session(bundle / "model.ort").raw.run(None, {"pixels": pixels})[0]
     assert float(np.max(np.abs(want - got))) <= 1e-4
+
+
+def test_edge_flags_without_the_edge_target_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "model.onnx"
+    flags = ["--validation", str(VALIDATION), "--profile", "rpi4", "--out", str(out)]
+    code = main(["optimize", "run", str(FP32), *flags])
+    assert code == 2
+    assert "--profile applies to the edge target: add --target edge" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -322,7 +322,10 @@ def test_the_image_serves_behind_envoy_and_its_json_504_wins(
         assert status == 504, body
         # the server's JSON error (Envoy's own would say "upstream request timeout")
         assert "deadline" in body["error"], body
-        assert elapsed < 1.0, elapsed
+        # The server's own answer proves it came inside Envoy's 1 s route timeout; the
+        # client's clock adds its own scheduling delay on a busy machine, so only check
+        # that nobody waited for the model (it sleeps 2 s).
+        assert elapsed < 2.0, elapsed
     # c, sent without Envoy's header, waits for a; b came before it: b is dropped, c runs.
     direct = requests.post(
         f"{app.url}/infer", json={"model_id": "sleepy", "features": {"tag": "c"}}, timeout=30

@@ -153,6 +153,7 @@ def test_a_sink_that_stays_down_drops_and_counts() -> None:
     not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
     reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
 )
+@pytest.mark.services
 def test_postgres_sink() -> None:
     import psycopg
 
@@ -174,6 +175,7 @@ def test_postgres_sink() -> None:
     not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
     reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
 )
+@pytest.mark.services
 def test_postgres_table_is_created_once_by_workers_starting_together() -> None:
     import psycopg
 

@@ -25,14 +25,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under ``pytest -n N --dist loadgroup`` (bin/test), send each file whole to one worker.
 
     A file's module-scoped servers then start once, and every file that uses a session
-    service runs on the same worker, so each service starts once per run.
+    service runs on the same worker, so each service starts once per run. The long groups
+    are handed out first (bin/test turns off xdist's own order, by test count): the
+    services, then files that start servers, then the rest, with the many short unit-test
+    files last to even out the end of the run.
     """
     if not config.pluginmanager.hasplugin("xdist"):
         return
     uses_services: set[str] = set()
+    starts_servers: set[str] = set()
     for item in items:
         if SESSION_SERVICES.intersection(item.fixturenames) or item.get_closest_marker("services"):
             uses_services.add(str(item.path))
+        if item.get_closest_marker("integration"):
+            starts_servers.add(str(item.path))
+
+    def rank(item: pytest.Item) -> int:
+        path = str(item.path)
+        if path in uses_services:
+            return 0
+        if path in starts_servers:
+            return 1
+        return 3 if "unit" in item.path.parts else 2
+
     for item in items:
         group = "services" if str(item.path) in uses_services else str(item.path)
         item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=rank)  # stable: a file's tests keep their order

@@ -1,9 +1,11 @@
-"""What tracing costs the trivial model at concurrency 8; results go to docs/benchmarks.md.
+"""What tracing costs the trivial model at concurrency 8 and MiniLM INT8 at concurrency 32
+(when ``examples/sentence-embeddings`` is prepared); results go to docs/benchmarks.md.
 
-    python benchmarks/tracing.py [--seconds 5] [--repeats 3]
+    python benchmarks/tracing.py [--seconds 5] [--repeats 3] [--skip-minilm]
 
-Four servers of the trivial service (2 asyncio workers, metrics and JSON log on), side by
-side, runs round-robin, the median run kept:
+For each model, four servers (2 asyncio workers, metrics on; the JSON access log on for the
+trivial model, off for MiniLM as in benchmarks/minilm.py), side by side,
+runs round-robin, the median run kept:
 
 * OpenTelemetry not installed (a stub ``opentelemetry`` package that fails to import comes
   first on the path);
@@ -11,11 +13,15 @@ side, runs round-robin, the median run kept:
 * tracing on, 1 % of requests sampled (``parentbased_traceidratio`` 0.01), exported over
   OTLP/HTTP to a receiver in this process (a real one decoding every request);
 * tracing on, every request sampled (``always_on``).
+
+With tracing on, the sampled requests also leave their trace id as an exemplar on the
+latency histogram (a file write per worker at most twice a second).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import subprocess
@@ -23,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _load import LoadResult, Server, median_of, run_hey
@@ -31,6 +38,8 @@ from run import ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
 sys.path.insert(0, str(ROOT))
 from tests.otlp_receiver import OtlpReceiver
+
+MINILM_TOKENIZER = ROOT / "examples/sentence-embeddings/models/minilm/2/tokenizer.json"
 
 HEADER = "| Setup | Concurrency | Requests/s | p50 ms | p95 ms | p99 ms | Status codes | "
 HEADER += "worker CPU us/request |\n|---|---|---|---|---|---|---|---|"
@@ -52,7 +61,7 @@ def span_cost_us() -> dict[str, float]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-    from servinglib import tracing
+    from servinglib.serving import tracing
 
     provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))
     headers: dict[str, str] = {}
@@ -82,8 +91,11 @@ def _workers(server: Server) -> list[str]:
     return found.stdout.split()
 
 
-def measure(seconds: float, repeats: int, workdir: Path) -> tuple[list[LoadResult], list[float]]:
-    """The median run of each setup, and its workers' median CPU microseconds per request."""
+def measure(
+    model: str, seconds: float, repeats: int, workdir: Path
+) -> tuple[list[LoadResult], list[float]]:
+    """The median run of each setup serving ``model`` (``trivial`` at concurrency 8,
+    ``minilm`` at 32), and its workers' median CPU microseconds per request."""
     receiver = OtlpReceiver()
     otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
     stub = _without_opentelemetry(workdir)
@@ -100,7 +112,7 @@ def measure(seconds: float, repeats: int, workdir: Path) -> tuple[list[LoadResul
         ),
         "tracing on, 100 % sampled": ({**otlp, "OTEL_TRACES_SAMPLER": "always_on"}, None),
     }
-    trivial = ROOT / "benchmarks/services/trivial/servinglib.yaml"
+    config, body, concurrency, threads = _scenario(model, workdir)
     started: dict[str, Server] = {}
     runs: dict[str, list[LoadResult]] = {label: [] for label in setups}
     cpu: dict[str, list[float]] = {label: [] for label in setups}
@@ -108,8 +120,10 @@ def measure(seconds: float, repeats: int, workdir: Path) -> tuple[list[LoadResul
         for label, (env, first) in setups.items():
             # the stub goes before this checkout, which the benchmark serves either way
             source = None if first is None else Path(f"{first}:{ROOT}")
-            started[label] = start_servinglib(trivial, workdir, source=source, env=env)
-            run_hey(label, started[label].url + "/infer", TRIVIAL_BODY, 8, 2)  # warm-up
+            started[label] = start_servinglib(
+                config, workdir, threads=threads, source=source, env=env
+            )
+            run_hey(label, started[label].url + "/infer", body, concurrency, 2)  # warm-up
         labels = list(started)
         for repeat in range(repeats):
             turn = repeat % len(labels)
@@ -117,7 +131,7 @@ def measure(seconds: float, repeats: int, workdir: Path) -> tuple[list[LoadResul
                 url = started[label].url + "/infer"
                 workers = _workers(started[label])
                 before = sum(_cpu_ticks(p) for p in workers)
-                result = run_hey(label, url, TRIVIAL_BODY, 8, seconds)
+                result = run_hey(label, url, body, concurrency, seconds)
                 ticks = sum(_cpu_ticks(p) for p in workers) - before
                 runs[label].append(result)
                 cpu[label].append(ticks / 100 * 1e6 / result.requests)
@@ -131,32 +145,75 @@ def measure(seconds: float, repeats: int, workdir: Path) -> tuple[list[LoadResul
     )
 
 
-def render(
-    results: list[LoadResult], cpu_us: list[float], spans_us: dict[str, float], command: str
-) -> str:
+def _scenario(model: str, workdir: Path) -> tuple[Path, Any, int, int]:
+    """The config, request body, concurrency and threads per worker of ``model``."""
+    if model == "trivial":
+        return ROOT / "benchmarks/services/trivial/servinglib.yaml", TRIVIAL_BODY, 8, 8
+    from minilm import servinglib_service, tokens
+
+    features = tokens()
+    config = servinglib_service(workdir, features)
+    return config, {"model_id": "minilm", "features": features}, 32, 32
+
+
+def _ratios(results: list[LoadResult], cpu_us: list[float]) -> str:
+    """Requests/s and worker CPU per request of each setup against the first."""
     absent, off, low, full = results
     c_absent, c_off, c_low, c_full = cpu_us
-    untraced, traced = spans_us.values()
-    lines = [
-        "<!-- bench:tracing:start -->",
-        "### Tracing overhead (sum of 16 floats, concurrency 8)",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {_machine()}.",
-        "",
-        HEADER,
-        *[f"{r.row()[:-1]}| {us:.0f} |" for r, us in zip(results, cpu_us, strict=True)],
-        "",
+    return (
         "Against OpenTelemetry not installed, requests/s and worker CPU per request: installed "
         f"but off **{100 * (off.rps / absent.rps - 1):+.1f} %** / "
         f"**{100 * (c_off / c_absent - 1):+.1f} %** (target within 1 %); 1 % sampled "
         f"**{100 * (low.rps / absent.rps - 1):+.1f} %** / **{100 * (c_low / c_absent - 1):+.1f} %**"
         " (target within 3 %); every request sampled "
         f"**{100 * (full.rps / absent.rps - 1):+.1f} %** / "
-        f"**{100 * (c_full / c_absent - 1):+.1f} %** (reported). With tracing off "
+        f"**{100 * (c_full / c_absent - 1):+.1f} %** (reported). The two setups running the "
+        f"same request path differ by {100 * abs(off.rps / absent.rps - 1):.1f} % in "
+        "requests/s on this run: smaller differences are noise here."
+    )
+
+
+def render(
+    measured: dict[str, tuple[list[LoadResult], list[float]]],
+    spans_us: dict[str, float],
+    command: str,
+    load: str,
+) -> str:
+    results, cpu_us = measured["trivial"]
+    c_absent = cpu_us[0]
+    untraced, traced = spans_us.values()
+    lines = [
+        "<!-- bench:tracing:start -->",
+        "### Tracing overhead (sum of 16 floats at concurrency 8; MiniLM INT8 at 32)",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {_machine()}; load average before the run {load}.",
+        "",
+        "Sum of 16 floats, concurrency 8:",
+        "",
+        HEADER,
+        *[f"{r.row()[:-1]}| {us:.0f} |" for r, us in zip(results, cpu_us, strict=True)],
+        "",
+        _ratios(results, cpu_us),
+        "",
+    ]
+    if "minilm" in measured:
+        m_results, m_cpu = measured["minilm"]
+        lines += [
+            "MiniLM INT8 (`runtime: onnx`, dynamic batching up to 32), concurrency 32:",
+            "",
+            HEADER,
+            *[f"{r.row()[:-1]}| {us:.0f} |" for r, us in zip(m_results, m_cpu, strict=True)],
+            "",
+            _ratios(m_results, m_cpu),
+            "",
+        ]
+    lines += [
+        "With tracing off "
         "the request path makes no OpenTelemetry call: the code is the same whether the "
-        "extra is installed or not, so the first difference is the machine's noise. The four "
-        "servers run at once and the runs go round-robin; each row is the median run. The "
+        "extra is installed or not, so the first difference is the machine's noise. For each "
+        "model the four servers run at once and the runs go round-robin; each row is the "
+        "median run. The "
         "OTLP receiver decoding the spans runs on the same 2 cores.",
         "",
         "Tracing work per request in process (`span_cost_us`, spans kept in memory): "
@@ -167,7 +224,10 @@ def render(
         "cost plus 1 % of a traced one's), every request sampled "
         f"**{100 * traced / c_absent:.0f} %** before export. The two servers running the same "
         "code (not installed, installed but off) differ by more than either target on this "
-        "shared machine: the server figures above bound the cost only roughly.",
+        "shared machine: the server figures above bound the cost only roughly, and the "
+        "in-process figures are the ones that settle the targets. A sampled request also "
+        "leaves its exemplar on the latency histogram (a dictionary update; a file write per "
+        "worker at most every 0.5 s); with tracing off nothing is recorded.",
         "",
         "<!-- bench:tracing:end -->",
     ]
@@ -178,15 +238,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-minilm", action="store_true", help="the trivial model only")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as workdir:
-        results, cpu_us = measure(args.seconds, args.repeats, Path(workdir))
-    for result, us in zip(results, cpu_us, strict=True):
-        print(result.row(), f"{us:.0f} us CPU/request")
+    load = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    models = ["trivial"]
+    if not args.skip_minilm and MINILM_TOKENIZER.is_file():
+        models.append("minilm")
+    elif not args.skip_minilm:
+        print("MiniLM is not prepared (python examples/sentence-embeddings/prepare.py): skipped")
+    measured = {}
+    for model in models:
+        with tempfile.TemporaryDirectory() as workdir:
+            measured[model] = measure(model, args.seconds, args.repeats, Path(workdir))
+        for result, us in zip(*measured[model], strict=True):
+            print(model, result.row(), f"{us:.0f} us CPU/request")
     spans_us = span_cost_us()
     print(spans_us)
     command = "python benchmarks/tracing.py " + shlex.join(sys.argv[1:])
-    write_docs("tracing", render(results, cpu_us, spans_us, command.strip()))
+    write_docs("tracing", render(measured, spans_us, command.strip(), load))
     return 0
 
 

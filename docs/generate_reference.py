@@ -273,7 +273,10 @@ def render_metrics_reference() -> str:
         "Every metric is served by `GET /metrics` in the Prometheus text format. Under "
         "`servinglib serve` (or the shipped gunicorn config) the values are aggregated over all "
         "gunicorn workers with prometheus_client's multiprocess mode; see "
-        "[Metrics under gunicorn](../explanation/metrics-under-gunicorn.md).",
+        "[Metrics under gunicorn](../explanation/metrics-under-gunicorn.md). A scrape with "
+        "`Accept: application/openmetrics-text` gets the OpenMetrics format instead, where "
+        "`servinglib_request_duration_seconds` carries the trace ids of sampled requests as "
+        "exemplars when tracing is on ([tracing reference](tracing.md#exemplars)).",
         "",
         "Label values:",
         "",

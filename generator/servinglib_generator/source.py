@@ -25,6 +25,7 @@ from servinglib_generator._validators import FieldError
 from servinglib_generator.errors import GeneratorError
 
 __all__ = [
+    "EXTRAS",
     "ServinglibSource",
     "build_wheel",
     "compatible_range",
@@ -32,6 +33,9 @@ __all__ = [
     "parse_servinglib_source",
 ]
 
+# The extras every generated repository installs: tracing (OpenTelemetry over OTLP), since
+# its Envoy config and Terraform send traces to a collector.
+EXTRAS = ("tracing",)
 _REQUIREMENT = re.compile(
     r"^(?:--(?:extra-)?index-url[ =]\S+\s+)?"  # the index it comes from, if any
     r"servinglib(?:\[[a-z0-9,_-]+\])?\s*(?:(?:[=<>!~]=?=?|@)\s*\S.*)?$"
@@ -46,13 +50,23 @@ class ServinglibSource:
     value: str
 
     def requirement_line(self) -> str:
-        """The line of requirements.txt that installs servinglib."""
+        """The line of requirements.txt that installs servinglib, with the extras of
+        :data:`EXTRAS` (the generated Envoy config and Terraform turn tracing on)."""
+        extras = ",".join(EXTRAS)
         if self.kind == "directory":
-            return f"servinglib @ {Path(self.value).as_uri()}"
+            return f"servinglib[{extras}] @ {Path(self.value).as_uri()}"
         if self.kind == "wheel":
-            return f"./wheels/{Path(self.value).name}"
+            return f"./wheels/{Path(self.value).name}[{extras}]"
         # pip reads an index option on a line of its own, before the requirement
-        return re.sub(r"^(--\S+?)[ =](\S+)\s+", r"\1 \2\n", self.value)
+        lines = re.sub(r"^(--\S+?)[ =](\S+)\s+", r"\1 \2\n", self.value).split("\n")
+        lines[-1] = re.sub(r"^servinglib(?:\[([a-z0-9,_-]+)\])?", _with_extras, lines[-1])
+        return "\n".join(lines)
+
+
+def _with_extras(match: re.Match[str]) -> str:
+    """``servinglib[<given extras and EXTRAS>]``."""
+    given = [e for e in (match.group(1) or "").split(",") if e]
+    return f"servinglib[{','.join(sorted({*given, *EXTRAS}))}]"
 
 
 def parse_servinglib_source(value: str) -> ServinglibSource:

@@ -11,7 +11,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-from servinglib.cli import rollout
+from servinglib.cli import publish, rollout
 from servinglib.config.env import CONFIG_ENV, DEFAULT_CONFIG
 from servinglib.errors import ServinglibError
 
@@ -190,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_drift_parsers(commands, _default_config())
     rollout.add_parser(commands, _default_config())
+    publish.add_parser(commands, _default_config())
     from servinglib.batch.cli import add_parser as add_batch_parser  # light: argparse only
 
     add_batch_parser(commands)
@@ -251,6 +252,8 @@ def _run(args: argparse.Namespace) -> int:
             return run_optimize(args)
         if args.command == "rollout":
             return rollout.run(args)
+        if args.command == "publish":
+            return publish.run(args)
         if args.command == "bench":
             from servinglib.bench.cli import run as run_bench
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from servinglib.config.spec import ServiceConfig, load_config
 from servinglib.lifecycle.registry import ModelRegistry, VersionRecord
+from servinglib.lifecycle.store import require_synced
 from servinglib.monitoring.drift.profile import (
     Profile,
     ProfileError,
@@ -49,6 +50,7 @@ def profile_version(
     if problems:
         raise ProfileError(problems[0])
     config = load_config(config_path)
+    require_synced(config)  # a URL repository's versions, as batch-predict reads them
     registry = ModelRegistry(config)
     record = registry.record(model, version)
     rows: list[tuple[Any, Any]]
@@ -70,6 +72,13 @@ def profile_version(
     profile = build_profile(rows, window or WindowSpec(), source)
     path = default_profile_path(record.path)
     profile.save(path)
+    url = next(m.repository_url for m in config.models if m.name == model)
+    if url is not None:
+        note(
+            f"model {model!r} is served from {url}: {path} is in this machine's cache only "
+            "and store versions are immutable; profile the local copy before servinglib "
+            "publish, or publish it with this profile as a new version"
+        )
     return path, profile
 
 

@@ -101,12 +101,12 @@ class InferCalls:
         finally:
             self._in_flight.dec()
         elapsed = time.perf_counter() - started
-        self._metrics.observe_request(label, answer.version, PROTOCOL, outcome, elapsed)
         name = "" if label == "_unknown" else label
         trace_id = ""
         if span is not None and tracing.ACTIVE is not None:
             trace_id = tracing.ACTIVE.trace_id(trace)
             tracing.ACTIVE.finish_request(span, status, name, answer.version, answer.request_id)
+        self._metrics.observe_request(label, answer.version, PROTOCOL, outcome, elapsed, trace_id)
         log_request(
             answer.request_id,
             "POST",

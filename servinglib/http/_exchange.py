@@ -297,14 +297,14 @@ class Exchange:
         self._in_flight.dec()
         elapsed = time.perf_counter() - self.started
         version = self.version
-        self._endpoints.metrics.observe_request(
-            self._label, version, self.protocol.name, self._outcome, elapsed
-        )
         model = "" if self._label == "_unknown" else self._label
         trace_id = ""
         if self._span is not None and tracing.ACTIVE is not None:
             trace_id = tracing.ACTIVE.trace_id(self.trace)
             tracing.ACTIVE.finish_request(self._span, self._status, model, version, self.request_id)
+        self._endpoints.metrics.observe_request(
+            self._label, version, self.protocol.name, self._outcome, elapsed, trace_id
+        )
         log_request(
             self.request_id,
             self.method,

@@ -55,8 +55,10 @@ def models() -> Response:
 
 @ops_blueprint.get("/metrics")
 def metrics() -> Response:
-    """Prometheus text format, aggregated over all gunicorn workers."""
-    body, content_type = current_app.extensions["servinglib.metrics"].render()
+    """Prometheus text format (OpenMetrics, with exemplars, when the Accept header asks
+    for it), aggregated over all gunicorn workers."""
+    accept = request.headers.get("Accept", "")
+    body, content_type = current_app.extensions["servinglib.metrics"].render(accept)
     return Response(body, 200, content_type=content_type)
 
 

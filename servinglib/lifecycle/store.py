@@ -6,9 +6,11 @@ sha256 pins, the pickle scan and every artifact check run on the copied files un
 
 A version is downloaded into a hidden temporary directory and renamed into place when
 complete: a half-downloaded version (a killed process, a store that went away) is never
-visible under its name. An exclusive file lock per repository makes processes that share
-the cache download each version once; a temporary directory left by a killed process is
-removed by the next holder of the lock.
+visible under its name. A store version that holds :data:`PUBLISHING_MARKER` is being
+published (:mod:`servinglib.lifecycle.publish` copies its files in, then deletes the marker)
+and is not listed until the marker is gone. An exclusive file lock per repository makes
+processes that share the cache download each version once; a temporary directory left by a
+killed process is removed by the next holder of the lock.
 
 Credentials and endpoints come from the store library's own chains (for s3://, botocore's:
 ``AWS_*`` variables, ``~/.aws``, instance or workload identity) and from fsspec's config
@@ -34,6 +36,7 @@ from servinglib.errors import ServinglibError
 from servinglib.lifecycle.artifacts import NAME_PATTERN, version_sort_key
 
 __all__ = [
+    "PUBLISHING_MARKER",
     "StoreError",
     "StoreListing",
     "cached_versions",
@@ -45,6 +48,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("servinglib.lifecycle.store")
+
+PUBLISHING_MARKER = ".publishing"
+"""An object under a store version while it is being published: the version is not listed."""
 
 _TMP_PREFIX = ".partial-"
 _LOCK_NAME = ".lock"
@@ -90,6 +96,8 @@ def list_store(model: ModelConfig) -> StoreListing:
             if not NAME_PATTERN.match(name) or (wanted is not None and name not in wanted):
                 continue
             files = fs.find(f"{root}/{name}", detail=True)
+            if f"{root}/{name}/{PUBLISHING_MARKER}" in files:
+                continue  # its publisher has not finished copying it in
             versions[name] = tuple(
                 sorted(
                     (

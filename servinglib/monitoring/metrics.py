@@ -22,11 +22,13 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from servinglib.config.spec import ServiceConfig
 from servinglib.lifecycle.registry import VersionState
-from servinglib.monitoring.metric_specs import METRIC_SPECS, MetricSpec
+from servinglib.monitoring.exemplars import ExemplarStore, remove_worker, with_exemplars
+from servinglib.monitoring.metric_specs import METRIC_SPECS, REQUEST_BUCKETS, MetricSpec
 from servinglib.shadow.comparators import Comparison
 
 __all__ = [
@@ -39,6 +41,8 @@ __all__ = [
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SHADOW_OUTCOMES = ("ok", "error", "timeout", "refused", "not_ready")
+_LATENCY = "servinglib_request_duration_seconds"
+_LATENCY_BOUNDS = (*REQUEST_BUCKETS, math.inf)
 
 
 def multiprocess_dir() -> str | None:
@@ -48,8 +52,10 @@ def multiprocess_dir() -> str | None:
 
 def mark_worker_dead(pid: int) -> None:
     """Drop the live gauges of an exited worker (call from gunicorn's ``child_exit``)."""
-    if multiprocess_dir():
+    directory = multiprocess_dir()
+    if directory:
         multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+        remove_worker(directory, pid)
 
 
 class ServingMetrics:
@@ -63,6 +69,7 @@ class ServingMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._children: dict[tuple[str, ...], Any] = {}
         self._collectors: list[Collector] = []
+        self._exemplars = ExemplarStore(multiprocess_dir)
         factories: dict[str, Any] = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
         for spec in METRIC_SPECS:
             kwargs: dict[str, Any] = {"registry": self.registry}
@@ -78,11 +85,21 @@ class ServingMetrics:
             )
 
     def observe_request(
-        self, model: str, version: str, protocol: str, outcome: str, seconds: float
+        self,
+        model: str,
+        version: str,
+        protocol: str,
+        outcome: str,
+        seconds: float,
+        trace_id: str = "",
     ) -> None:
-        """Count one answered request and its latency."""
+        """Count one answered request and its latency; a sampled request's ``trace_id``
+        becomes the exemplar of its latency bucket."""
         self._child("requests", model, version, protocol, outcome).inc()
         self._child("request_duration", model, version, protocol).observe(seconds)
+        if trace_id:
+            labels = {"model": model, "version": version, "protocol": protocol}
+            self._exemplars.record(_LATENCY, labels, _LATENCY_BOUNDS, seconds, trace_id)
 
     def add_collector(self, collector: Collector) -> None:
         """Export metrics computed at scrape time (drift scores) alongside these."""
@@ -240,8 +257,14 @@ class ServingMetrics:
         self._child("prediction_sink_spool_bytes", sink).set(spool_bytes)
         self._child("prediction_sink_lag", sink).set(lag_s)
 
-    def render(self) -> tuple[bytes, str]:
-        """Prometheus text for ``/metrics``: all workers in multiprocess mode, else this one."""
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """``/metrics``: all workers in multiprocess mode, else this one; OpenMetrics with
+        the latency exemplars when ``accept`` (the request's Accept header) asks for it,
+        else the Prometheus text format."""
+        if "application/openmetrics-text" in accept:
+            encode, content_type = choose_encoder(accept)
+            if content_type.startswith("application/openmetrics-text"):
+                return encode(_Exemplified(self._scraped(), self._exemplars)), content_type
         return generate_latest(self._scraped()), CONTENT_TYPE_LATEST
 
     def samples(self, *names: str) -> list[tuple[str, dict[str, str], float]]:
@@ -268,3 +291,14 @@ class ServingMetrics:
         for collector in self._collectors:
             registry.register(collector)
         return registry
+
+
+class _Exemplified:
+    """A registry's metrics with the latency exemplars merged in (OpenMetrics only)."""
+
+    def __init__(self, registry: CollectorRegistry, exemplars: ExemplarStore) -> None:
+        self._registry = registry
+        self._exemplars = exemplars
+
+    def collect(self) -> Any:
+        return with_exemplars(self._registry.collect(), self._exemplars.merged())

@@ -55,6 +55,7 @@ def prepare_metrics_dir(default: Path) -> Path:
     for leftover in directory.glob("*.db"):
         leftover.unlink()
     shutil.rmtree(directory / "drift", ignore_errors=True)  # drift counts of a previous run
+    shutil.rmtree(directory / "exemplars", ignore_errors=True)  # and exemplars
     if not given:
         owner = os.getpid()
         atexit.register(_remove_if_owner, directory, owner)
@@ -170,6 +171,7 @@ def on_starting(server: Any) -> None:
         for leftover in Path(directory).glob("*.db"):
             leftover.unlink()
         shutil.rmtree(Path(directory) / "drift", ignore_errors=True)
+        shutil.rmtree(Path(directory) / "exemplars", ignore_errors=True)
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -124,7 +124,7 @@ def test_k8s_deployment_runs_app_and_envoy_with_probes(rendered: Rendered) -> No
     )
 
 
-def _hcl(repo: Path) -> dict[str, list[Any]]:
+def hcl(repo: Path) -> dict[str, list[Any]]:
     """Every top-level block of terraform/*.tf, string literals without their quotes."""
     merged: dict[str, list[Any]] = {}
     for path in sorted((repo / "terraform").glob("*.tf")):
@@ -147,7 +147,7 @@ def _unquote(value: Any) -> Any:
 
 def test_terraform_parses_and_declares_every_resource(rendered: Rendered) -> None:
     repo = rendered("torch")
-    terraform = _hcl(repo)
+    terraform = hcl(repo)
     resources = {kind: block[kind] for block in terraform["resource"] for kind in block}
     assert set(resources) == {
         "kubernetes_namespace_v1",
@@ -159,6 +159,10 @@ def test_terraform_parses_and_declares_every_resource(rendered: Rendered) -> Non
         "kubernetes_network_policy_v1",
         "kafka_topic",
         "aws_s3_bucket",
+        "aws_s3_bucket_versioning",
+        "aws_s3_bucket_public_access_block",
+        "aws_s3_bucket_server_side_encryption_configuration",
+        "aws_iam_role_policy",
     }
     topic = resources["kafka_topic"]["predictions"]
     assert topic["name"] == "${var.prediction_topic}"
@@ -210,7 +214,9 @@ def test_text_files_parse(rendered: Rendered) -> None:
     tomllib.loads((repo / "pyproject.toml").read_text())
     # A checkout source is vendored as a wheel: nothing points back to this machine.
     (wheel,) = (repo / "wheels").glob("servinglib-*.whl")
-    assert (repo / "requirements.txt").read_text().splitlines()[-1] == f"./wheels/{wheel.name}"
+    assert (repo / "requirements.txt").read_text().splitlines()[
+        -1
+    ] == f"./wheels/{wheel.name}[tracing]"
     assert str(REPO_ROOT) not in (repo / "requirements.txt").read_text()
     assert "@eta" in (repo / ".github/CODEOWNERS").read_text()
 

@@ -196,7 +196,7 @@ def test_servinglib_spec_pins_the_version_and_conflicting_answers_are_refused(
     fixed = ["--no-input", "--output-dir", str(tmp_path), "team=eta", "model=eta"]
     assert main([*fixed, "--servinglib-spec", "servinglib==0.2.1"]) == 0
     requirements = (tmp_path / "eta-service" / "requirements.txt").read_text().splitlines()
-    assert "servinglib==0.2.1" in requirements
+    assert "servinglib[tracing]==0.2.1" in requirements
     assert not list((tmp_path / "eta-service" / "wheels").glob("*.whl"))
     other = tmp_path / "other"
     args = ["--no-input", "--output-dir", str(other), "team=eta", "model=eta"]

@@ -33,7 +33,7 @@ def test_defaults_fill_everything_but_team_and_model() -> None:
         2,
         10,
     )
-    assert spec.servinglib.requirement_line() == f"servinglib @ {REPO_ROOT.as_uri()}"
+    assert spec.servinglib.requirement_line() == f"servinglib[tracing] @ {REPO_ROOT.as_uri()}"
 
 
 @pytest.mark.parametrize("key", ["team", "model"])
@@ -111,9 +111,14 @@ def test_servinglib_source_is_a_checkout_a_wheel_or_a_requirement(tmp_path: Path
     wheel.write_bytes(b"")
     assert build_service_spec(
         {**MINIMAL, "servinglib": str(wheel)}
-    ).servinglib.requirement_line() == ("./wheels/servinglib-0.1.0-py3-none-any.whl")
+    ).servinglib.requirement_line() == ("./wheels/servinglib-0.1.0-py3-none-any.whl[tracing]")
     pinned = build_service_spec({**MINIMAL, "servinglib": "servinglib==0.1.0"})
-    assert pinned.servinglib.requirement_line() == "servinglib==0.1.0"
+    assert pinned.servinglib.requirement_line() == "servinglib[tracing]==0.1.0"
+    # the extras given are kept, an index URL is left alone
+    indexed = "--index-url https://servinglib.example/simple servinglib[grpc]>=0.2,<0.3"
+    assert build_service_spec({**MINIMAL, "servinglib": indexed}).servinglib.requirement_line() == (
+        "--index-url https://servinglib.example/simple\nservinglib[grpc,tracing]>=0.2,<0.3"
+    )
     assert "does not exist" in problems({"servinglib": str(tmp_path / "missing.whl")})
     assert "is not a servinglib checkout" in problems({"servinglib": str(tmp_path)})
     assert "neither a path nor a servinglib requirement" in problems({"servinglib": "flask"})
@@ -186,4 +191,6 @@ def test_the_default_answer_follows_the_installed_servinglib() -> None:
     assert default_servinglib_source() == compatible_range(installed)
     spec = build_service_spec({"team": "eta", "model": "eta"})
     assert spec.servinglib.kind == "requirement"
-    assert spec.servinglib.requirement_line() == compatible_range(installed)
+    assert spec.servinglib.requirement_line() == compatible_range(installed).replace(
+        "servinglib", "servinglib[tracing]", 1
+    )

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import requests
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from benchmarks.composition_service import composition_service
 from servinglib.monitoring.drift.profile import build_profile
@@ -128,3 +129,9 @@ def test_metrics_pass_promtool_check_metrics(server: LiveServer) -> None:
         [PROMTOOL, "check", "metrics"], input=body, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    # the OpenMetrics exposition of the same families parses (promtool reads only the above)
+    openmetrics = requests.get(
+        f"{server.url}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=30
+    )
+    names = {f.name for f in text_string_to_metric_families(openmetrics.text)}  # type: ignore[no-untyped-call]
+    assert {"servinglib_drift_psi", "servinglib_step_duration_seconds"} <= names

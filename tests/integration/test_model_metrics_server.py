@@ -27,7 +27,10 @@ def test_model_metrics_sum_over_workers_with_model_and_version_labels(
         response = requests.post(
             f"{server.url}/infer",
             json={"model_id": "counting", "features": {"x": 5 if sent % 3 else -5}},
-            headers={"Connection": "close"},  # a new connection: any worker may take it
+            headers={  # a new connection: any worker may take it; traced, were tracing on
+                "Connection": "close",
+                "traceparent": f"00-{sent + 1:032x}-{sent + 1:016x}-01",
+            },
             timeout=30,
         )
         assert response.status_code == 200, response.text
@@ -44,6 +47,13 @@ def test_model_metrics_sum_over_workers_with_model_and_version_labels(
         (("model", "counting"), ("sign", "neg"), ("version", "1")): float(negatives),
         (("model", "counting"), ("sign", "pos"), ("version", "1")): float(sent - negatives),
     }
+    # tracing is off: the OpenMetrics scrape has no exemplar
+    scraped = requests.get(
+        f"{server.url}/metrics", headers={"Accept": "application/openmetrics-text"}, timeout=5
+    )
+    assert scraped.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert "servinglib_request_duration_seconds_bucket" in scraped.text
+    assert " # {" not in scraped.text
     # version 2 asks for one of servinglib's own names: its load failed, saying why
     models = requests.get(f"{server.url}/models", timeout=5).json()
     assert "metric 'servinglib_requests' collides with servinglib's own metrics" in str(models)

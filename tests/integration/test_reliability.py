@@ -128,13 +128,13 @@ def test_a_quick_model_that_stops_on_the_event_loop_is_cut_off_and_moved_to_thre
         stuck = pool.submit(infer, server.url, "steady", stuck_call)
         wait_until(lambda: bool(waiting_threads()), 30, "the waiting call to start")
         if waiting_threads()[0] == "MainThread":
+            print(f"figures: the waiting call ran on the loop at attempt {attempt + 1}")
             break
         release.touch()  # it went to a thread: let it finish, and try again
         assert stuck.result(timeout=30).status_code == 200
         pool.shutdown()
     else:
         pytest.fail("20 waiting calls in a row went to threads, not the event loop")
-    print(f"figures: the waiting call ran on the loop at attempt {attempt + 1}")
     with pool:
         wait_until(lambda: "was interrupted" in server.log(), 30, "the cut-off of the call")
         # The loop answers while the call waits (on a thread now, rerun there).

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import random
 import shutil
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +15,9 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from servinglib.monitoring.metric_specs import REQUEST_BUCKETS
 from tests.conftest import LiveServer, free_port, launch, stop
 from tests.otlp_receiver import OtlpReceiver, Span
 
@@ -20,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "tracing"
 SERVER_KIND = 2  # SpanKind SERVER in OTLP
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+BOUNDS = (*REQUEST_BUCKETS, math.inf)
 
 
 def traceparent(sampled: bool = True) -> tuple[str, str, str]:
@@ -149,6 +156,81 @@ def test_grpc_metadata_carries_the_trace_context(
     assert root.attributes["servinglib.protocol"] == "grpc"
     assert root.attributes["http.response.status_code"] == 200
     assert {"admit", "predict"} <= set(of_trace(spans, trace_id))
+
+
+def latency_exemplars(url: str) -> dict[tuple[str, str, str], tuple[str, float, float]]:
+    """``(model, protocol, le) -> (trace id, value, time)`` of the exemplars of one
+    OpenMetrics scrape of ``url`` (a new connection: any worker may answer)."""
+    headers = {"Accept": OPENMETRICS, "Connection": "close"}
+    response = requests.get(f"{url}/metrics", headers=headers, timeout=10)
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+    found = {}
+    for family in text_string_to_metric_families(response.text):  # type: ignore[no-untyped-call]
+        for sample in family.samples:
+            exemplar = sample.exemplar
+            if exemplar is None:
+                continue
+            assert sample.name == "servinglib_request_duration_seconds_bucket"
+            le = sample.labels["le"]
+            assert BOUNDS[bisect.bisect_left(BOUNDS, exemplar.value)] == float(le)  # its bucket
+            key = (sample.labels["model"], sample.labels["protocol"], le)
+            found[key] = (exemplar.labels["trace_id"], exemplar.value, exemplar.timestamp)
+    return found
+
+
+def whoami(url: str, protocol: str) -> tuple[int, str]:
+    """A traced request to ``whoami`` on a new connection: the answering pid, the trace id."""
+    header, trace_id, _ = traceparent()
+    headers = {"traceparent": header, "Connection": "close"}
+    if protocol == "infer":
+        body: dict[str, Any] = {"model_id": "whoami", "features": {"values": [1]}}
+        response = requests.post(f"{url}/infer", json=body, headers=headers, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()["output"]["pid"][0], trace_id
+    body = {"inputs": [{"name": "values", "datatype": "FP64", "shape": [1], "data": [1]}]}
+    response = requests.post(
+        f"{url}/v2/models/whoami/infer", json=body, headers=headers, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    return int(response.json()["outputs"][0]["data"][0]), trace_id
+
+
+def test_an_openmetrics_scrape_has_sampled_trace_ids_as_exemplars_of_every_worker(
+    server: LiveServer, otlp_receiver: OtlpReceiver
+) -> None:
+    newest: dict[str, tuple[int, str]] = {}
+    for _ in range(100):  # until the newest /infer and v2 requests went to different workers
+        newest = {protocol: whoami(server.url, protocol) for protocol in ("infer", "v2")}
+        if newest["infer"][0] != newest["v2"][0]:
+            break
+    assert newest["infer"][0] != newest["v2"][0], "every request went to one worker"
+    wanted = {protocol: trace_id for protocol, (_, trace_id) in newest.items()}
+
+    def newest_exemplars() -> tuple[dict[str, str], set[str]]:
+        exemplars = latency_exemplars(server.url)
+        latest: dict[str, tuple[float, str]] = {}
+        for (model, protocol, _), (trace_id, _, at) in exemplars.items():
+            if model == "whoami" and (protocol not in latest or latest[protocol][0] < at):
+                latest[protocol] = (at, trace_id)
+        return {p: t for p, (_, t) in latest.items()}, {t for t, _, _ in exemplars.values()}
+
+    deadline = time.monotonic() + 30
+    seen, every = newest_exemplars()
+    while seen != wanted and time.monotonic() < deadline:
+        time.sleep(0.1)
+        seen, every = newest_exemplars()
+    # one scrape, answered by one worker, shows both: the other's came through its file
+    assert seen == wanted
+    # every exemplar is the trace id of a request whose trace reached the collector
+    spans = otlp_receiver.wait_for(
+        "tracing-main", lambda s: every <= {x.trace_id for x in s if x.kind == SERVER_KIND}
+    )
+    assert every <= {x.trace_id for x in spans if x.kind == SERVER_KIND}
+    # the Prometheus text format is what it was: no exemplars
+    plain = requests.get(f"{server.url}/metrics", timeout=10)
+    assert plain.headers["Content-Type"].startswith("text/plain")
+    assert "servinglib_request_duration_seconds_bucket" in plain.text
+    assert " # {" not in plain.text
 
 
 def test_every_request_of_a_batch_is_linked_to_its_batch_span(

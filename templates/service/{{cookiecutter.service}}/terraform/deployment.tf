@@ -80,7 +80,7 @@ resource "kubernetes_deployment_v1" "app" {
             name  = "SERVINGLIB_WORKERS"
             value = tostring(var.workers)
           }
-          # servinglib's spans join Envoy's traces (with servinglib[tracing] installed).
+          # servinglib's spans join Envoy's traces (servinglib[tracing], in requirements.txt).
           env {
             name  = "OTEL_EXPORTER_OTLP_ENDPOINT"
             value = "http://${var.otel_collector_host}:4318"

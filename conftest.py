@@ -21,6 +21,7 @@ def _log_lines_written_inside_the_test() -> Iterator[None]:
     flush_logs()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (bin/test), send each file whole to one worker.
 
@@ -48,7 +49,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return 1
         return 3 if "unit" in item.path.parts else 2
 
+    loadgroup = getattr(config.option, "loadgroup", False)  # xdist sets it in its workers
     for item in items:
-        group = "services" if str(item.path) in uses_services else str(item.path)
+        group = "services" if str(item.path) in uses_services else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        if loadgroup and hasattr(item, "_id"):
+            # xdist (3.8) tells the group by an "@group" suffix it writes to item._nodeid;
+            # pytest 9 keeps the node id in item._id instead, so write it there.
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
     items.sort(key=rank)  # stable: a file's tests keep their order

@@ -36,7 +36,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     uses_services: set[str] = set()
     starts_servers: set[str] = set()
     for item in items:
-        if SESSION_SERVICES.intersection(item.fixturenames) or item.get_closest_marker("services"):
+        fixtures = getattr(item, "fixturenames", ())  # doctest items have none
+        if SESSION_SERVICES.intersection(fixtures) or item.get_closest_marker("services"):
             uses_services.add(str(item.path))
         if item.get_closest_marker("integration"):
             starts_servers.add(str(item.path))

@@ -151,10 +151,11 @@ def launch(
     env: dict[str, str] | None = None,
     command: list[str] | None = None,
     ready_timeout_s: float = 60,
+    port: int | None = None,
 ) -> LiveServer:
-    """Start ``servinglib serve`` (or ``command``) on a free loopback port; return once
-    /readyz answers 200 and every worker has loaded its models."""
-    port = free_port()
+    """Start ``servinglib serve`` (or ``command``) on ``port`` (default: a free loopback
+    port); return once /readyz answers 200 and every worker has loaded its models."""
+    port = port or free_port()
     log_path = log_dir / f"server-{port}.log"
     if command is None:
         command = [

@@ -18,6 +18,7 @@ from pathlib import Path
 from servinglib_generator._checks import check_rendered_files
 from servinglib_generator._config_hash import stamp_envoy_config_hash
 from servinglib_generator._rendering import render_template
+from servinglib_generator._sink_answers import lake_bucket
 from servinglib_generator.add_model import install_model
 from servinglib_generator.errors import TargetExistsError
 from servinglib_generator.runtimes import TORCH_INDEX_URL
@@ -70,6 +71,11 @@ def service_context(spec: ServiceSpec) -> dict[str, str]:
         "servinglib_requirement": spec.servinglib.requirement_line(),
         # Only a torch model needs PyTorch's index; every other install stays on PyPI alone.
         "torch_index_url": TORCH_INDEX_URL if spec.model.runtime == "torch" else "",
+        "prediction_sinks": ",".join(spec.sinks.kinds),
+        "kafka_bootstrap_servers": spec.sinks.kafka_bootstrap_servers,
+        "kafka_topic": spec.sinks.kafka_topic,
+        "lake_url": spec.sinks.lake_url,
+        "lake_bucket": lake_bucket(spec.sinks.lake_url) if "parquet" in spec.sinks.kinds else "",
     }
 
 

@@ -14,6 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servinglib_generator._sink_answers import (
+    parse_bootstrap_servers,
+    parse_lake_url,
+    parse_sinks,
+    parse_topic,
+)
 from servinglib_generator._validators import (
     FieldError,
     parse_cpu,
@@ -274,6 +280,38 @@ SERVICE_PROMPTS: tuple[Prompt, ...] = (
         "a servinglib checkout directory (built into a wheel in `wheels/`), a `.whl` file "
         "(copied into `wheels/`) or a requirement starting with `servinglib`, optionally "
         "after `--index-url <URL>`",
+    ),
+    Prompt(
+        "prediction_sinks",
+        "Where the prediction log streams: none, kafka, parquet (a lake in a bucket) or both",
+        lambda raw, _: parse_sinks(raw),
+        _constant("none"),
+        "`none`",
+        "`none`, `kafka`, `parquet` or `kafka,parquet`",
+    ),
+    Prompt(
+        "kafka_bootstrap_servers",
+        "Kafka bootstrap servers of the prediction topic (used with the kafka sink)",
+        lambda raw, _: parse_bootstrap_servers(raw),
+        _constant("kafka:9092"),
+        "`kafka:9092`",
+        "`host:port` pairs, comma-separated",
+    ),
+    Prompt(
+        "kafka_topic",
+        "Kafka topic of the prediction events (used with the kafka sink)",
+        lambda raw, _: parse_topic(raw),
+        lambda v: f"{v['service']}-predictions",
+        "`<service>-predictions`",
+        "a topic name: 1 to 249 letters, digits, `.`, `_` or `-`",
+    ),
+    Prompt(
+        "lake_url",
+        "Bucket URL of the Parquet prediction lake (used with the parquet sink)",
+        lambda raw, _: parse_lake_url(raw),
+        lambda v: f"s3://{v['team']}-predictions/{v['service']}",
+        "`s3://<team>-predictions/<service>`",
+        "`s3://BUCKET/PREFIX` or `gs://BUCKET/PREFIX`",
     ),
 )
 

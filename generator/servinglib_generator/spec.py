@@ -23,6 +23,7 @@ from servinglib_generator.source import ServinglibSource
 
 __all__ = [
     "ModelSpec",
+    "PredictionSinks",
     "Resources",
     "Scaling",
     "ServiceSpec",
@@ -70,6 +71,16 @@ class Scaling:
 
 
 @dataclass(frozen=True)
+class PredictionSinks:
+    """Where the prediction log streams: ``kinds`` (``kafka``, ``parquet``) and their settings."""
+
+    kinds: tuple[str, ...] = ()
+    kafka_bootstrap_servers: str = "kafka:9092"
+    kafka_topic: str = ""
+    lake_url: str = ""
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """Everything needed to render a team's service repository."""
 
@@ -83,6 +94,7 @@ class ServiceSpec:
     scaling: Scaling = Scaling()
     image: str = ""
     python_version: str = "3.11"
+    sinks: PredictionSinks = PredictionSinks()
 
 
 def build_service_spec(answers: Mapping[str, str], ask: AskFunction | None = None) -> ServiceSpec:
@@ -113,6 +125,12 @@ def build_service_spec(answers: Mapping[str, str], ask: AskFunction | None = Non
         ),
         image=values["image"],
         python_version=values["python_version"],
+        sinks=PredictionSinks(
+            kinds=values["prediction_sinks"],
+            kafka_bootstrap_servers=values["kafka_bootstrap_servers"],
+            kafka_topic=values["kafka_topic"],
+            lake_url=values["lake_url"],
+        ),
     )
 
 

@@ -11,6 +11,7 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
+from servinglib.cli import admin as admin_command
 from servinglib.cli import publish, rollout
 from servinglib.config.env import CONFIG_ENV, DEFAULT_CONFIG
 from servinglib.errors import ServinglibError
@@ -239,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "validate":
             return _validate(args.config)
         if args.command == "admin":
-            return _admin(args)
+            return admin_command.run(args)
         if args.command == "perf-data":
             return _perf_data(args.config, args.model, args.model_version, args.out)
         if args.command == "batch-predict":
@@ -304,42 +305,6 @@ def _perf_data(config_path: str, model: str, version: str | None, out: Path | No
     else:
         out.write_text(text, encoding="utf-8")
         print(f"wrote {out}: perf_analyzer -m {model} --input-data {out} ...", file=sys.stderr)
-    return EXIT_OK
-
-
-def _admin(args: argparse.Namespace) -> int:
-    import json
-
-    from servinglib.serve.admin_client import AdminClient
-
-    needs_version = args.action in ("load", "promote", "unload")
-    if args.action != "status" and (args.model is None or (needs_version and args.version is None)):
-        print(
-            f"error: admin {args.action} needs MODEL" + (" VERSION" if needs_version else ""),
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    client = AdminClient.from_env(args.port, args.token_env)
-    if args.action == "status":
-        result = client.status()
-    elif args.action == "load":
-        result = client.load(args.model, args.version)
-        if args.wait:
-            client.wait_converged(result["revision"])
-            states = client.wait_for(args.model, args.version)
-            result = {"states": states}
-            if any(state != "READY" for state in states.values()):
-                print(json.dumps(result, indent=2))
-                return EXIT_FAILED
-    elif args.action == "promote":
-        result = client.promote(args.model, args.version)
-    elif args.action == "rollback":
-        result = client.rollback(args.model)
-    else:
-        result = client.unload(args.model, args.version)
-    if args.wait and args.action in ("promote", "rollback", "unload"):
-        client.wait_converged(result["revision"])
-    print(json.dumps(result, indent=2))
     return EXIT_OK
 
 

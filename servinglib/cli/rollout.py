@@ -20,7 +20,7 @@ def add_parser(commands: Any, default_config: str) -> None:
     """Add ``rollout`` to the ``servinglib`` subcommands."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "rollout",
-        help="status, pause, resume, abort or promote a rollout; write its readout",
+        help="status, pause, resume, abort, promote or restart a rollout; write its readout",
         description=(
             "Steer the rollout controller of a running server through its admin API\n"
             "(127.0.0.1, token in $SERVINGLIB_ADMIN_TOKEN), or write the readout of a\n"
@@ -33,7 +33,9 @@ def add_parser(commands: Any, default_config: str) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "action", choices=["status", "pause", "resume", "abort", "promote", "report"]
+        "action",
+        choices=["status", "pause", "resume", "abort", "promote", "restart", "report"],
+        help="restart: run a rolled-back or aborted rollout again from step 0",
     )
     parser.add_argument("model", nargs="?", help="model name (all actions but status)")
     parser.add_argument("--port", type=int, default=9901, help="admin port (default: %(default)s)")

@@ -11,6 +11,7 @@ Example (in servinglib.yaml)::
         error_rate: {max_increase: 0.01}      # or {max: 0.02}: absolute
         latency: {quantile: 0.95, max_ratio: 1.2}
         shadow_agreement: {min: 0.98}
+        drift: {role: output, max_increase: 0.1}    # more: servinglib.config.rollout_gates
 
 Parsing beyond the JSON Schema lives here: the candidate must exist, a shadow step needs
 the candidate among the model's shadows, and the admin API must be on (the controller
@@ -25,6 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.config.checks import resolve_inside
+from servinglib.config.rollout_gates import (
+    DriftGate,
+    MetricGate,
+    QueryGate,
+    parse_drift_gate,
+    parse_metric_gates,
+    parse_query_gates,
+)
 from servinglib.errors import ConfigError
 
 __all__ = ["ErrorGate", "LatencyGate", "RolloutPolicy", "RolloutStep", "parse_rollout"]
@@ -68,6 +77,9 @@ class RolloutPolicy:
     error_rate: ErrorGate | None = field(default_factory=lambda: ErrorGate(max_increase=0.0))
     latency: LatencyGate | None = field(default_factory=LatencyGate)
     shadow_agreement: float | None = None
+    drift: DriftGate | None = None
+    metrics: tuple[MetricGate, ...] = ()
+    queries: tuple[QueryGate, ...] = ()
 
 
 def parse_rollout(
@@ -159,4 +171,12 @@ def parse_rollout(
         error_rate=None if errors is None else ErrorGate(**errors),
         latency=None if latency is None else LatencyGate(**latency),
         shadow_agreement=None if agreement is None else float(agreement["min"]),
+        drift=parse_drift_gate(
+            gates.get("drift"),
+            (repository / default, repository / candidate),
+            label,
+            f"{here}.gates.drift",
+        ),
+        metrics=parse_metric_gates(gates.get("metrics", []), label, f"{here}.gates.metrics"),
+        queries=parse_query_gates(gates.get("prometheus", []), label, f"{here}.gates.prometheus"),
     )

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from servinglib.config.rollout_policy import RolloutPolicy, RolloutStep
 from servinglib.config.spec import ServiceConfig
 from servinglib.delivery.evidence import Snapshot, read_snapshot
-from servinglib.delivery.gates import FAIL, PASS, GateResult, evaluate_gates, look_due
+from servinglib.delivery.gates import FAIL, PASS, UNKNOWN, GateResult, evaluate_gates, look_due
 from servinglib.lifecycle.rollout_state import (
     ABORTED,
     ACTIVE,
@@ -27,6 +27,7 @@ from servinglib.lifecycle.rollout_state import (
     PROMOTED,
     ROLLED_BACK,
     RUNNING,
+    TERMINAL,
     RolloutState,
     append_evidence,
     load_state,
@@ -69,6 +70,15 @@ class Listener(Protocol):
         """``action`` (start, advance, promote, rollback, pause, resume, abort) happened."""
 
 
+class Readings(Protocol):
+    """Takes the drift and query readings a policy's gates need (see custom_gates)."""
+
+    def __call__(
+        self, policy: RolloutPolicy, model: str, baseline: str, candidate: str
+    ) -> dict[str, Any]:
+        """JSON-ready readings of this evaluation."""
+
+
 def step_weights(baseline: str, candidate: str, step: RolloutStep) -> dict[str, float]:
     """The traffic split of ``step``: the candidate's weight %, the rest to the baseline."""
     if step.weight >= 100:
@@ -93,6 +103,7 @@ class RolloutController:
         listener: Listener | None = None,
         read: Callable[[str], Snapshot] = read_snapshot,
         clock: Callable[[], float] = time.time,
+        readings: Readings | None = None,
     ) -> None:
         self.policies: dict[str, RolloutPolicy] = {
             m.name: m.rollout for m in config.models if m.rollout is not None
@@ -101,6 +112,11 @@ class RolloutController:
         self._listener = listener
         self._read = read
         self._clock = clock
+        if readings is None:
+            from servinglib.delivery.external import ExternalReadings
+
+            readings = ExternalReadings(config)
+        self._readings = readings
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="servinglib-delivery", daemon=True)
@@ -177,7 +193,12 @@ class RolloutController:
         bounds = sorted({le for c in now.versions.values() for le in c.buckets})
         due = look_due(step, shadow.comparisons if step.shadow else cand.requests, state.looks)
         look = due > state.looks
-        results = evaluate_gates(policy, step, base, cand, shadow, bounds, look)
+        external = (
+            {}
+            if step.shadow
+            else self._readings(policy, state.model, state.baseline, state.candidate)
+        )
+        results = evaluate_gates(policy, step, base, cand, shadow, bounds, look, external)
         state.looks = max(state.looks, due)
         state.gates = [r.to_json() for r in results]
         append_evidence(
@@ -192,11 +213,18 @@ class RolloutController:
                 "candidate": cand.to_json(),
                 "shadow": shadow.to_json(),
                 "gates": state.gates,
+                "external": external,
             },
         )
         failed = [r for r in results if r.verdict == FAIL]
+        unknown = [r for r in results if r.verdict == UNKNOWN]
         if failed:
             self._roll_back(state, "; ".join(f"{r.gate}: {r.reason}" for r in failed))
+        elif unknown and state.status == RUNNING:
+            # Never promote on missing evidence: hold the step until an operator resumes.
+            state.status = PAUSED
+            reasons = "; ".join(f"{r.gate}: {r.reason}" for r in unknown)
+            self._decide(state, "pause", f"evidence missing, resume when fixed ({reasons})")
         elif state.status == RUNNING and self._step_done(step, state, results, now.t):
             reasons = "; ".join(f"{r.gate}: {r.reason}" for r in results) or "no gate applies"
             self._advance(policy, state, now, reasons)
@@ -273,6 +301,15 @@ class RolloutController:
     def _note(self, state: RolloutState, reason: str) -> None:
         self._decide(state, "note", reason)
 
+    def _restart(self, policy: RolloutPolicy, old: RolloutState) -> RolloutState:
+        """A new rollout of the same candidate: step 0, new window, evidence reset."""
+        baseline = self._actions.default_version(old.model)
+        state = RolloutState(old.model, old.candidate, baseline, step_started=self._clock())
+        reset_evidence(policy.state_dir, old.model)
+        ended = old.decisions[-1]["reason"] if old.decisions else ""
+        self._decide(state, "restart", f"restarted by the operator after {old.status} ({ended})")
+        return state
+
     # --- operator commands ---------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """Every rollout's summary: status, step, latest gate verdicts, recent decisions."""
@@ -280,7 +317,8 @@ class RolloutController:
             return {model: self.state(model).summary() for model in self.policies}
 
     def command(self, model: str, action: str) -> dict[str, Any]:
-        """``pause``, ``resume``, ``abort`` or ``promote`` (now, skipping the other steps).
+        """``pause``, ``resume``, ``abort``, ``promote`` (now, skipping the other steps) or
+        ``restart`` (a rolled-back or aborted rollout, from step 0 with fresh evidence).
 
         Raises:
             KeyError: the model has no rollout policy.
@@ -289,7 +327,13 @@ class RolloutController:
         with self._lock:
             policy = self.policies[model]
             state = self.state(model)
-            allowed = {"pause": {RUNNING}, "resume": {PAUSED}, "abort": ACTIVE, "promote": ACTIVE}
+            allowed = {
+                "pause": {RUNNING},
+                "resume": {PAUSED},
+                "abort": ACTIVE,
+                "promote": ACTIVE,
+                "restart": TERMINAL - {PROMOTED},
+            }
             if action not in allowed:
                 raise CommandRefusedError(f"unknown rollout command {action!r}")
             if state.status not in allowed[action]:
@@ -297,7 +341,9 @@ class RolloutController:
                     f"the rollout of {model!r} is {state.status}; {action} applies to a "
                     f"rollout that is {' or '.join(sorted(allowed[action]))}"
                 )
-            if action == "promote":
+            if action == "restart":
+                state = self._restart(policy, state)
+            elif action == "promote":
                 self._promote(state, "promoted by the operator")
             elif action == "abort":
                 self._actions.set_traffic(model, {state.baseline: 100.0})

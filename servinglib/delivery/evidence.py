@@ -29,6 +29,8 @@ FAILED_OUTCOMES = frozenset(
     {"model_error", "server_error", "nonfinite_output", "deadline_exceeded"}
 )
 
+_RAN = frozenset({"ok", "error", "timeout"})  # shadow outcomes where the model code ran
+
 Sample = tuple[str, Mapping[str, str], float]
 
 
@@ -41,6 +43,9 @@ class Counts:
     buckets: dict[float, float] = field(default_factory=dict)  # le -> cumulative count
     comparisons: int = 0
     agreements: int = 0
+    # The model's own series (``self.metrics``): ``<name>_total``, ``<name>_sum``,
+    # ``<name>_count``, ``<name>_bucket:<le>``, summed over extra labels and workers.
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def per_bucket(self, bounds: list[float]) -> list[float]:
         """Observations in each bucket (not cumulative), in ``bounds`` order."""
@@ -61,6 +66,7 @@ class Counts:
             {le: v - earlier.buckets.get(le, 0.0) for le, v in self.buckets.items()},
             self.comparisons - earlier.comparisons,
             self.agreements - earlier.agreements,
+            {k: v - earlier.metrics.get(k, 0.0) for k, v in self.metrics.items()},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -71,6 +77,7 @@ class Counts:
             "buckets": {repr(le): v for le, v in self.buckets.items()},
             "comparisons": self.comparisons,
             "agreements": self.agreements,
+            "metrics": self.metrics,
         }
 
     @classmethod
@@ -83,6 +90,7 @@ class Counts:
             buckets,
             int(raw.get("comparisons", 0)),
             int(raw.get("agreements", 0)),
+            {k: float(v) for k, v in raw.get("metrics", {}).items()},
         )
 
 
@@ -140,8 +148,15 @@ def snapshot_from_samples(model: str, samples: Iterable[Sample], t: float) -> Sn
             snapshot.shadows.setdefault(labels["shadow_version"], Counts()).comparisons += int(
                 value
             )
+        elif name == "servinglib_shadow_requests_total" and labels.get("outcome") in _RAN:
+            # Copies the shadow version's model code ran: its own metrics count them too.
+            snapshot.shadows.setdefault(labels["shadow_version"], Counts()).requests += int(value)
         elif name == "servinglib_shadow_agreements_total":
             snapshot.shadows.setdefault(labels["shadow_version"], Counts()).agreements += int(value)
+        elif not name.startswith("servinglib_") and "version" in labels:
+            key = f"{name}:{labels['le']}" if name.endswith("_bucket") else name
+            metrics = snapshot.versions.setdefault(labels["version"], Counts()).metrics
+            metrics[key] = metrics.get(key, 0.0) + value
     return snapshot
 
 

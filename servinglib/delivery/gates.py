@@ -1,59 +1,47 @@
-"""Gates: each compares baseline and candidate over one window and says fail, pass or wait.
+"""Gates: each compares baseline and candidate over one window: fail, pass, wait or unknown.
 
 A gate **fails** only when its one-sided test rejects "the candidate is no worse" at the
 policy's ``alpha`` (and, for latency, the measured ratio is also past the threshold: a
 significant but harmless shift does not roll back). It **passes** once the step has its
-minimum of candidate requests without failing. Otherwise it **waits** for evidence.
+minimum of candidate requests without failing. Otherwise it **waits** for evidence, or is
+**unknown** when the evidence cannot be read (the controller pauses the rollout).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from servinglib.config.rollout_policy import RolloutPolicy, RolloutStep
+from servinglib.delivery.custom_gates import custom_gates
 from servinglib.delivery.evidence import Counts
 from servinglib.delivery.statistics import (
     binomial_lower_p,
-    binomial_upper_p,
-    fisher_p,
     histogram_quantile,
     mann_whitney_p,
+    proportion_p,
     rescale,
-    two_proportion_p,
 )
+from servinglib.delivery.verdicts import FAIL, PASS, UNKNOWN, WAIT, GateResult, rate, verdict
 
-__all__ = ["FAIL", "LOOKS_PER_STEP", "PASS", "WAIT", "GateResult", "evaluate_gates", "look_due"]
+__all__ = [
+    "FAIL",
+    "LOOKS_PER_STEP",
+    "PASS",
+    "UNKNOWN",
+    "WAIT",
+    "GateResult",
+    "evaluate_gates",
+    "look_due",
+]
 
-FAIL, PASS, WAIT = "fail", "pass", "wait"
 # A gate may fail a step only at a look: when the candidate's requests reach each quarter
 # of the step's min_requests (and every quarter after). Each look tests at alpha / 4
 # (Bonferroni), so peeking at the data as it comes in does not inflate the false-rollback
 # rate of a step above alpha (docs/explanation/progressive-delivery.md).
 LOOKS_PER_STEP = 4
-_MIN_FOR_Z = 30  # the z-test's normal approximation needs this many requests per side
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """One gate's verdict with the evidence behind it."""
-
-    gate: str
-    verdict: str
-    baseline: float
-    candidate: float
-    threshold: float
-    p_value: float
-    samples: int
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready (NaN as null)."""
-        return {
-            k: None if isinstance(v, float) and math.isnan(v) else v
-            for k, v in asdict(self).items()
-        }
 
 
 def look_due(step: RolloutStep, samples: int, looks: int) -> int:
@@ -62,47 +50,24 @@ def look_due(step: RolloutStep, samples: int, looks: int) -> int:
     return samples // quarter
 
 
-def _verdict(failed: bool, enough: bool) -> str:
-    return FAIL if failed else PASS if enough else WAIT
-
-
-def _rate(failed: int, total: int) -> float:
-    return failed / total if total else math.nan
-
-
 def error_gate(policy: RolloutPolicy, step: RolloutStep, base: Counts, cand: Counts) -> GateResult:
     """Failed predictions of the candidate against the baseline's (or an absolute cap)."""
     gate = policy.error_rate
     assert gate is not None
-    rate_b, rate_c = _rate(base.failed, base.requests), _rate(cand.failed, cand.requests)
-    if gate.max is not None:
-        threshold = gate.max
-        p = binomial_upper_p(cand.failed, cand.requests, gate.max)
-        test = f"exact binomial test against {gate.max:.4g}"
-    elif gate.max_increase:
-        threshold = gate.max_increase
-        small = min(cand.requests, base.requests) < _MIN_FOR_Z
-        p = (
-            1.0
-            if small
-            else two_proportion_p(
-                cand.failed, cand.requests, base.failed, base.requests, gate.max_increase
-            )
-        )
-        test = f"two-proportion z-test, margin {gate.max_increase:.4g}"
-    else:
-        threshold = 0.0
-        p = fisher_p(cand.failed, cand.requests, base.failed, base.requests)
-        test = "Fisher exact test"
+    rate_b, rate_c = rate(base.failed, base.requests), rate(cand.failed, cand.requests)
+    threshold = gate.max if gate.max is not None else gate.max_increase or 0.0
+    p, test = proportion_p(
+        cand.failed, cand.requests, base.failed, base.requests, gate.max, gate.max_increase or 0.0
+    )
     failed = p < policy.alpha
-    verdict = _verdict(failed, cand.requests >= step.min_requests)
+    outcome = verdict(failed, cand.requests >= step.min_requests)
     reason = (
         f"error rate {rate_c:.2%} ({cand.failed}/{cand.requests}) vs baseline {rate_b:.2%} "
         f"({base.failed}/{base.requests}): {test}, p={p:.3g} "
         + ("< " if failed else ">= ")
         + f"alpha {policy.alpha:g}"
     )
-    return GateResult("error_rate", verdict, rate_b, rate_c, threshold, p, cand.requests, reason)
+    return GateResult("error_rate", outcome, rate_b, rate_c, threshold, p, cand.requests, reason)
 
 
 def latency_gate(
@@ -119,29 +84,29 @@ def latency_gate(
     # is what the candidate may be; the test asks whether it is significantly above that.
     p = mann_whitney_p(rescale(bounds, per_b, gate.max_ratio), per_c)
     failed = p < policy.alpha and ratio > gate.max_ratio
-    verdict = _verdict(failed, cand.requests >= step.min_requests)
+    outcome = verdict(failed, cand.requests >= step.min_requests)
     name = f"p{round(gate.quantile * 100)}"
     reason = (
         f"{name} {q_c * 1000:.1f} ms vs baseline {q_b * 1000:.1f} ms (ratio {ratio:.2f}, "
         f"max {gate.max_ratio:g}); Mann-Whitney against {gate.max_ratio:g} x baseline p={p:.3g}"
     )
-    return GateResult("latency", verdict, q_b, q_c, gate.max_ratio, p, cand.requests, reason)
+    return GateResult("latency", outcome, q_b, q_c, gate.max_ratio, p, cand.requests, reason)
 
 
 def agreement_gate(policy: RolloutPolicy, step: RolloutStep, shadow: Counts) -> GateResult:
     """The share of the candidate's shadow answers that agree with the baseline's."""
     minimum = policy.shadow_agreement
     assert minimum is not None
-    rate = _rate(shadow.agreements, shadow.comparisons)
+    share = rate(shadow.agreements, shadow.comparisons)
     p = binomial_lower_p(shadow.agreements, shadow.comparisons, minimum)
     failed = p < policy.alpha
-    verdict = _verdict(failed, shadow.comparisons >= step.min_requests)
+    outcome = verdict(failed, shadow.comparisons >= step.min_requests)
     reason = (
-        f"agreement {rate:.2%} ({shadow.agreements}/{shadow.comparisons}) vs min "
+        f"agreement {share:.2%} ({shadow.agreements}/{shadow.comparisons}) vs min "
         f"{minimum:.2%}: exact binomial test p={p:.3g}"
     )
     return GateResult(
-        "shadow_agreement", verdict, 1.0, rate, minimum, p, shadow.comparisons, reason
+        "shadow_agreement", outcome, 1.0, share, minimum, p, shadow.comparisons, reason
     )
 
 
@@ -153,8 +118,10 @@ def evaluate_gates(
     shadow: Counts,
     bounds: list[float],
     look: bool = True,
+    external: Mapping[str, Any] | None = None,
 ) -> list[GateResult]:
-    """Every gate that applies to ``step``: traffic gates on a weighted step, the agreement
+    """Every gate that applies to ``step``: traffic gates on a weighted step (with drift,
+    model metrics and Prometheus queries, their readings in ``external``), the agreement
     gate whenever the candidate is shadowed (a shadow step has only that one).
 
     Each test runs at ``alpha / LOOKS_PER_STEP``; between looks (``look`` false) a gate
@@ -167,6 +134,7 @@ def evaluate_gates(
             results.append(error_gate(policy, step, base, cand))
         if policy.latency is not None:
             results.append(latency_gate(policy, step, base, cand, bounds))
+        results.extend(custom_gates(policy, step, base, cand, shadow, external or {}))
     if policy.shadow_agreement is not None and (step.shadow or shadow.comparisons):
         results.append(agreement_gate(policy, step, shadow))
     if look:

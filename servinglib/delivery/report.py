@@ -21,7 +21,12 @@ from servinglib.lifecycle.rollout_state import load_state, read_evidence
 
 __all__ = ["replay", "write_rollout_report"]
 
-_UNITS = {"error_rate": ("error rate (%)", 100.0), "latency": ("latency (ms)", 1000.0)}
+_UNITS = {
+    "error_rate": ("error rate (%)", 100.0),
+    "latency": ("latency (ms)", 1000.0),
+    "shadow_agreement": ("agreement (%)", 100.0),
+    "drift": ("PSI of the worst field", 1.0),
+}
 
 
 def replay(policy: RolloutPolicy, entry: dict[str, Any]) -> list[dict[str, Any]]:
@@ -36,6 +41,7 @@ def replay(policy: RolloutPolicy, entry: dict[str, Any]) -> list[dict[str, Any]]
         Counts.from_json(entry["shadow"]),
         bounds,
         entry.get("look", True),
+        entry.get("external", {}),
     )
     return [r.to_json() for r in results]
 
@@ -115,7 +121,7 @@ def _chart(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    label, scale = _UNITS.get(gate, ("agreement (%)", 100.0))
+    label, scale = _UNITS.get(gate, (gate.split(":", 1)[-1], 1.0))
     figure, axes = plt.subplots(figsize=(8, 3.2))
     for role, style in (("baseline", "-"), ("candidate", "--")):
         values = [float("nan") if v is None else v * scale for v in series[role]]

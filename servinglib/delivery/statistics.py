@@ -5,10 +5,13 @@
 * :func:`two_proportion_p` -- is it above the baseline's plus a tolerance? (z-test.)
 * :func:`binomial_upper_p` / :func:`binomial_lower_p` -- is a rate above (below) a fixed
   threshold? (exact binomial tails.)
+* :func:`proportion_p` -- one of the three above, as a threshold asks.
 * :func:`mann_whitney_p` -- do the candidate's latencies sit above the baseline's? (rank
   test on histogram buckets, with the tie correction: every request in one bucket ties.)
   With the baseline's latencies first multiplied by the tolerated ratio
   (:func:`rescale`), it tests "slower than the tolerance", not "slower at all".
+* :func:`chi_square_gof_p` -- do live bin counts differ from a reference distribution?
+  (Pearson's goodness-of-fit test: the drift gate's evidence that a PSI is not noise.)
 * :func:`histogram_quantile` -- a quantile read from cumulative buckets, as PromQL's
   ``histogram_quantile`` reads it.
 
@@ -23,10 +26,13 @@ from collections.abc import Sequence
 __all__ = [
     "binomial_lower_p",
     "binomial_upper_p",
+    "chi_square_gof_p",
+    "chi_square_sf",
     "fisher_p",
     "histogram_quantile",
     "mann_whitney_p",
     "normal_sf",
+    "proportion_p",
     "rescale",
     "two_proportion_p",
 ]
@@ -83,6 +89,24 @@ def fisher_p(failed_c: int, total_c: int, failed_b: int, total_b: int) -> float:
             if total_c - k <= total - failed
         ),
     )
+
+
+_MIN_FOR_Z = 30  # the z-test's normal approximation needs this many requests per side
+
+
+def proportion_p(
+    bad_c: int, total_c: int, bad_b: int, total_b: int, cap: float | None, margin: float
+) -> tuple[float, str]:
+    """p-value and name of the test of "the candidate's bad share is no worse": against an
+    absolute ``cap`` (exact binomial), the baseline's plus ``margin`` (z-test, once each side
+    has 30 requests), or the baseline's (Fisher exact)."""
+    if cap is not None:
+        return binomial_upper_p(bad_c, total_c, cap), f"exact binomial test against {cap:.4g}"
+    if margin:
+        small = min(total_c, total_b) < _MIN_FOR_Z
+        p = 1.0 if small else two_proportion_p(bad_c, total_c, bad_b, total_b, margin)
+        return p, f"two-proportion z-test, margin {margin:.4g}"
+    return fisher_p(bad_c, total_c, bad_b, total_b), "Fisher exact test"
 
 
 def _log_pmf(k: int, n: int, p: float) -> float:
@@ -191,3 +215,52 @@ def histogram_quantile(quantile: float, bounds: Sequence[float], counts: Sequenc
         if not math.isinf(bound):
             lower = bound
     return lower
+
+
+def chi_square_sf(x: float, df: int) -> float:
+    """P(X > x) for X ~ chi-square with ``df`` degrees of freedom (the regularized upper
+    incomplete gamma function Q(df/2, x/2): its series below a + 1, a continued fraction
+    above)."""
+    if df <= 0 or x <= 0.0:
+        return 1.0
+    a, y = df / 2.0, x / 2.0
+    log_front = a * math.log(y) - y - math.lgamma(a)
+    if y < a + 1.0:
+        term = total = 1.0 / a
+        n = a
+        while abs(term) > abs(total) * 1e-15:
+            n += 1.0
+            term *= y / n
+            total += term
+        return max(0.0, 1.0 - total * math.exp(log_front))
+    tiny = 1e-300
+    b = y + 1.0 - a
+    c, d = 1.0 / tiny, 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return min(1.0, math.exp(log_front) * h)
+
+
+def chi_square_gof_p(reference: Sequence[float], counts: Sequence[float]) -> float:
+    """p-value of H0 "the counts are drawn from ``reference``" (shares, summing to 1), by
+    Pearson's statistic over the bins the reference gives a share; 1.0 without counts."""
+    total = sum(counts)
+    bins = [(r, c) for r, c in zip(reference, counts, strict=True) if r > 0]
+    if total <= 0 or len(bins) < 2:
+        return 1.0
+    outside = total - sum(c for _, c in bins)  # answers in bins the reference never saw
+    if outside > 0:
+        return 0.0
+    statistic = sum((c - total * r) ** 2 / (total * r) for r, c in bins)
+    return chi_square_sf(statistic, len(bins) - 1)

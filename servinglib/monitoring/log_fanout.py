@@ -7,7 +7,7 @@ primary and shadow answers are logged (or not) together, in every sink alike.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servinglib.config.sinks import LogSinkConfig
@@ -15,6 +15,7 @@ from servinglib.config.spec import PredictionLogConfig
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.monitoring.prediction_log import PredictionLogger, open_sink
 from servinglib.monitoring.sink_logger import EventSink, SinkLogger
+from servinglib.serving.recording import AnsweredPrediction
 
 __all__ = ["PredictionLogs", "open_event_sink", "open_logs"]
 
@@ -32,26 +33,18 @@ class PredictionLogs:
         self._rates = [logger.sample_rate for logger in self.loggers]
 
     def sampled(self) -> bool:
-        """True: each log draws per request id in :meth:`record_answer`."""
+        """True: each log draws per request id in :meth:`record`."""
         return True
 
     def _takers(self, request_id: str) -> list[PredictionLogger]:
         draw = _fraction(request_id)
         return [lg for lg, rate in zip(self.loggers, self._rates, strict=True) if draw < rate]
 
-    def record_answer(
-        self,
-        request_id: str,
-        model: str,
-        version: str,
-        features: Any,
-        output: Any,
-        seconds: float,
-        shadow_of: str | None = None,
-    ) -> None:
-        """Queue an answer in every log that samples ``request_id``."""
-        for logger in self._takers(request_id):
-            logger.record_answer(request_id, model, version, features, output, seconds, shadow_of)
+    def record(self, answer: AnsweredPrediction) -> bool:
+        """Queue ``answer`` in every log that samples its request id; False when one of
+        them dropped it."""
+        kept = [logger.record(answer) for logger in self._takers(answer.request_id)]
+        return all(kept)
 
     def close(self) -> None:
         """Drain every log (each flushes, or spools what its sink does not take)."""
@@ -59,21 +52,25 @@ class PredictionLogs:
             logger.close()
 
 
-def open_event_sink(config: LogSinkConfig) -> EventSink:
-    """The Kafka or Parquet sink of ``config``."""
+def open_event_sink(
+    config: LogSinkConfig, input_schemas: Mapping[str, Mapping[str, Any] | None] | None = None
+) -> EventSink:
+    """The Kafka or Parquet sink of ``config`` (``input_schemas``: each model's, by name,
+    so the lake types its feature columns)."""
     if config.kind == "kafka":
         from servinglib.monitoring.kafka_sink import KafkaSink
 
         return KafkaSink(config.target, config.options)
     from servinglib.monitoring.parquet_sink import ParquetSink
 
-    return ParquetSink(config.target, config.options)
+    return ParquetSink(config.target, config.options, input_schemas)
 
 
 def open_logs(
     config: PredictionLogConfig,
     service: str,
     metrics: ServingMetrics,
+    input_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> PredictionLogger | PredictionLogs:
     """The SQL log alone (as before sinks existed), or every configured log fanned out."""
     sql = None
@@ -89,5 +86,7 @@ def open_logs(
             return sql
     loggers: list[PredictionLogger] = [] if sql is None else [sql]
     for sink in config.sinks:
-        loggers.append(SinkLogger(sink, open_event_sink(sink), f"servinglib/{service}", metrics))
+        loggers.append(
+            SinkLogger(sink, open_event_sink(sink, input_schemas), f"servinglib/{service}", metrics)
+        )
     return PredictionLogs(loggers)

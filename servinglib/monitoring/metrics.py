@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from typing import Any
 
 from prometheus_client import (
@@ -43,6 +44,16 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SHADOW_OUTCOMES = ("ok", "error", "timeout", "refused", "not_ready")
 _LATENCY = "servinglib_request_duration_seconds"
 _LATENCY_BOUNDS = (*REQUEST_BUCKETS, math.inf)
+
+# prometheus_client's multiprocess values share one lock. A gunicorn worker forked while a
+# master thread (the rollout controller, the admin API) held it would start with it held
+# and hang at its first metric; the master's writes hold this guard, and fork waits for it.
+_FORK_GUARD = threading.Lock()
+os.register_at_fork(
+    before=_FORK_GUARD.acquire,
+    after_in_parent=_FORK_GUARD.release,
+    after_in_child=_FORK_GUARD.release,
+)
 
 
 def multiprocess_dir() -> str | None:
@@ -239,9 +250,11 @@ class ServingMetrics:
         self._child("prediction_log_records", "written").inc(count)
 
     def rollout_decided(self, model: str, candidate: str, action: str, step: int) -> None:
-        """Count one rollout decision and publish the rollout's step."""
-        self._child("rollout_decisions", model, candidate, action).inc()
-        self._child("rollout_step", model, candidate).set(step)
+        """Count one rollout decision and publish the rollout's step (in the master: under
+        the fork guard)."""
+        with _FORK_GUARD:
+            self._child("rollout_decisions", model, candidate, action).inc()
+            self._child("rollout_step", model, candidate).set(step)
 
     # prediction sinks (a SinkListener)
     def sink_records(self, sink: str, outcome: str, count: int) -> None:

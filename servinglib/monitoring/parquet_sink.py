@@ -7,6 +7,10 @@ roll with the sink's ``flush_interval_ms`` (time) and ``batch_size`` (records). 
 written under a hidden temporary name (``.part-….parquet.tmp``) and renamed: readers (which
 skip hidden files and read ``*.parquet``) never see a half-written one. On object stores
 the upload itself is atomic, so the file is written under its final name.
+
+A file's features are typed ``feature_<name>`` columns where they flatten (the model's
+``input_schema``, else the file's values, say which type:
+:mod:`~servinglib.monitoring.lake_features`), JSON text in ``inputs`` otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from servinglib.errors import ConfigError
-from servinglib.monitoring.prediction_events import lake_row
+from servinglib.monitoring.lake_features import flatten
+from servinglib.monitoring.prediction_events import json_text, lake_row
 
 __all__ = ["LAKE_COLUMNS", "ParquetSink", "lake_schema"]
 
@@ -68,7 +73,13 @@ def _fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
 class ParquetSink:
     """Writes batches of events as Parquet files under ``url``."""
 
-    def __init__(self, url: str, options: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: Mapping[str, Any],
+        input_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        self._input_schemas = input_schemas or {}
         self._fs, self._root = _fs(url, options.get("storage_options", {}))
         self._local = "file" in self._fs.protocol
         self._schema = lake_schema()
@@ -76,7 +87,6 @@ class ParquetSink:
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
         """Write one file per partition of ``events``."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         partitions: dict[str, list[dict[str, Any]]] = {}
@@ -90,7 +100,7 @@ class ParquetSink:
         for key, rows in partitions.items():
             directory = f"{self._root}/{key}"
             name = f"part-{time.time_ns()}-{os.getpid()}-{next(self._count)}.parquet"
-            table = pa.Table.from_pylist(rows, schema=self._schema)
+            table = self._table(rows)
             if not self._local:
                 pq.write_table(table, f"{directory}/{name}", filesystem=self._fs)
                 continue
@@ -98,6 +108,18 @@ class ParquetSink:
             temporary = f"{directory}/.{name}.tmp"
             pq.write_table(table, temporary, filesystem=self._fs)
             self._fs.mv(temporary, f"{directory}/{name}")
+
+    def _table(self, rows: list[dict[str, Any]]) -> Any:
+        """The rows of one partition (one model version): base columns, then features."""
+        import pyarrow as pa
+
+        flat = flatten([row["inputs"] for row in rows], self._input_schemas.get(rows[0]["model"]))
+        for row, rest in zip(rows, flat.rest, strict=True):
+            row["inputs"] = None if rest is None else json_text(rest)
+        table = pa.Table.from_pylist(rows, schema=self._schema)
+        for name, (kind, values) in flat.columns.items():
+            table = table.append_column(name, pa.array(values, type=pa.type_for_alias(kind)))
+        return table
 
     def close(self) -> None:
         """Nothing is held between batches."""

@@ -18,12 +18,22 @@ import orjson
 from servinglib.wire.jsonbytes import to_plain
 
 if TYPE_CHECKING:
-    from servinglib.monitoring.prediction_log import PredictionRecord
+    from servinglib.serving.recording import AnsweredPrediction
 
-__all__ = ["EVENT_TYPE", "SCHEMA_VERSION", "encode", "event_of", "lake_row", "rfc3339"]
+__all__ = [
+    "EVENT_TYPE",
+    "LAKE_SCHEMA_VERSION",
+    "SCHEMA_VERSION",
+    "encode",
+    "event_of",
+    "json_text",
+    "lake_row",
+    "rfc3339",
+]
 
 SCHEMA_VERSION = 1
 EVENT_TYPE = f"io.servinglib.prediction.v{SCHEMA_VERSION}"
+LAKE_SCHEMA_VERSION = 2  # 2: features as typed ``feature_<name>`` columns
 
 
 _second: list[tuple[int, str]] = [(-1, "")]  # the last second formatted, reused
@@ -39,9 +49,13 @@ def rfc3339(seconds: float) -> str:
     return f"{cached[1]}.{int((seconds - whole) * 1e6):06d}Z"  # truncated, never 1000000
 
 
-def event_of(record: PredictionRecord, source: str) -> dict[str, Any]:
-    """The CloudEvent of ``record``; ``id`` (request id / model / version) is the dedup key."""
-    return {
+def event_of(record: AnsweredPrediction, source: str) -> dict[str, Any]:
+    """The CloudEvent of ``record``; ``id`` (request id / model / version) is the dedup key.
+
+    A traced answer carries the CloudEvents distributed-tracing extension: ``traceparent``
+    (W3C, the answer's span), beside ``trace_id`` in ``data``.
+    """
+    event: dict[str, Any] = {
         "specversion": "1.0",
         "type": EVENT_TYPE,
         "source": source,
@@ -61,6 +75,10 @@ def event_of(record: PredictionRecord, source: str) -> dict[str, Any]:
             "logged_at": record.logged_at,
         },
     }
+    traceparent = record.traceparent
+    if traceparent is not None:
+        event["traceparent"] = traceparent
+    return event
 
 
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -74,12 +92,14 @@ def encode(event: dict[str, Any]) -> bytes:
         return json.dumps(to_plain(event), default=str).encode()
 
 
-def _json(value: Any) -> str:
+def json_text(value: Any) -> str:
+    """JSON text of a logged value (as :func:`encode` writes it)."""
     return encode(value).decode()
 
 
 def lake_row(event: dict[str, Any]) -> dict[str, Any]:
-    """The Parquet row of ``event``: flat columns, inputs and outputs as JSON text."""
+    """The Parquet row of ``event``: flat columns, outputs as JSON text; ``inputs`` is still
+    the features themselves (the sink splits them into columns and JSON, per file)."""
     data = event["data"]
     return {
         "id": event["id"],
@@ -91,9 +111,9 @@ def lake_row(event: dict[str, Any]) -> dict[str, Any]:
         "model": data["model"],
         "version": data["version"],
         "shadow_of": data["shadow_of"],
-        "inputs": _json(data["inputs"]),
-        "outputs": _json(data["outputs"]),
+        "inputs": data["inputs"],
+        "outputs": json_text(data["outputs"]),
         "latency_ms": float(data["latency_ms"]),
         "logged_at": float(data["logged_at"]),
-        "schema_version": event["schemaversion"],
+        "schema_version": LAKE_SCHEMA_VERSION,
     }

@@ -19,78 +19,45 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from servinglib.config.spec import PredictionLogConfig
 from servinglib.errors import ConfigError
+from servinglib.monitoring.prediction_log_schema import (
+    insert_sql,
+    prepare_postgres,
+    prepare_sqlite,
+)
 from servinglib.monitoring.record_size import approx_bytes, summary
+from servinglib.serving.recording import AnsweredPrediction
 from servinglib.wire import jsonbytes
 from servinglib.wire.jsonbytes import to_plain
 
-__all__ = ["PostgresSink", "PredictionLogger", "PredictionRecord", "SqliteSink", "open_sink"]
+__all__ = [
+    "PostgresSink",
+    "PredictionLogger",
+    "SqliteSink",
+    "open_sink",
+    "row_of",
+]
 
 log = logging.getLogger("servinglib.prediction_log")
 
-COLUMNS = (
-    "request_id",
-    "logged_at",
-    "model",
-    "version",
-    "shadow_of",
-    "features",
-    "output",
-    "latency_ms",
-)
 
-_CREATE = """
-CREATE TABLE IF NOT EXISTS predictions (
-    id {id_type},
-    request_id TEXT NOT NULL,
-    logged_at DOUBLE PRECISION NOT NULL,
-    model TEXT NOT NULL,
-    version TEXT NOT NULL,
-    shadow_of TEXT,
-    features TEXT NOT NULL,
-    output TEXT NOT NULL,
-    latency_ms DOUBLE PRECISION NOT NULL
-)
-"""
-_CREATE_LOCK = 0x5E4F1A6  # the advisory-lock key of the table creation ("servinglib")
-
-
-def _insert_sql(placeholder: str) -> str:
-    # Column names are constants of this module; values always go through placeholders.
-    values = ", ".join([placeholder] * len(COLUMNS))
-    return f"INSERT INTO predictions ({', '.join(COLUMNS)}) VALUES ({values})"  # noqa: S608
-
-
-@dataclass(frozen=True)
-class PredictionRecord:
-    """One logged answer; ``shadow_of`` is the primary version when a shadow answered."""
-
-    request_id: str
-    logged_at: float
-    model: str
-    version: str
-    shadow_of: str | None
-    features: Any
-    output: Any
-    latency_ms: float
-    trace_id: str | None = None
-
-    def row(self) -> tuple[Any, ...]:
-        """The record as a database row (features and output as JSON text)."""
-        return (
-            self.request_id,
-            self.logged_at,
-            self.model,
-            self.version,
-            self.shadow_of,
-            _json_text(self.features),
-            _json_text(self.output),
-            self.latency_ms,
-        )
+def row_of(answer: AnsweredPrediction) -> tuple[Any, ...]:
+    """``answer`` as a database row of :data:`COLUMNS` (features and output as JSON text)."""
+    return (
+        answer.request_id,
+        answer.logged_at,
+        answer.model,
+        answer.version,
+        answer.shadow_of,
+        _json_text(answer.features),
+        _json_text(answer.output),
+        answer.latency_ms,
+        answer.trace_id,
+    )
 
 
 def _json_text(value: Any) -> str:
@@ -120,11 +87,11 @@ class SqliteSink:
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
-            connection = sqlite3.connect(self._path, timeout=30)
+            connection = sqlite3.connect(self._path, timeout=30, isolation_level=None)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute(_CREATE.format(id_type="INTEGER PRIMARY KEY AUTOINCREMENT"))
-            connection.commit()
+            prepare_sqlite(connection)
+            connection.isolation_level = "DEFERRED"  # one implicit transaction per write
             self._connection = connection
         return self._connection
 
@@ -133,7 +100,7 @@ class SqliteSink:
         connection = self._connect()
         with connection:
             connection.executemany(
-                _insert_sql("?"),
+                insert_sql("?"),
                 rows,
             )
 
@@ -161,11 +128,7 @@ class PostgresSink:
                     "pip install 'servinglib[postgres]'"
                 ) from e
             self._connection = psycopg.connect(self._url)
-            with self._connection.transaction():
-                # Workers start together: a transaction-scoped advisory lock lets one create
-                # the table while the others wait, instead of racing into DuplicateTable.
-                self._connection.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK,))
-                self._connection.execute(_CREATE.format(id_type="BIGSERIAL PRIMARY KEY"))
+            prepare_postgres(self._connection)
         return self._connection
 
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -173,7 +136,7 @@ class PostgresSink:
         connection = self._connect()
         with connection.transaction(), connection.cursor() as cursor:
             cursor.executemany(
-                _insert_sql("%s"),
+                insert_sql("%s"),
                 rows,
             )
 
@@ -202,7 +165,7 @@ class PredictionLogger:
 
         logger = PredictionLogger(config.prediction_log, open_sink(config.prediction_log.url))
         if logger.sampled():
-            logger.record(PredictionRecord(...))
+            logger.record(AnsweredPrediction(...))
         logger.close()   # on shutdown: drains the buffer
     """
 
@@ -239,8 +202,9 @@ class PredictionLogger:
         """Draw whether the next request is logged."""
         return self._config.sample_rate >= 1.0 or self._rng() < self._config.sample_rate
 
-    def record(self, record: PredictionRecord) -> bool:
-        """Queue ``record``; False (and counted) when the buffer is full or closed.
+    def record(self, record: AnsweredPrediction) -> bool:
+        """Queue ``record``; False (and counted) when the buffer is full or closed
+        (an :class:`~servinglib.serving.recording.AnswerRecorder`).
 
         Features or an output larger than ``max_record_bytes`` are replaced by a summary
         (counted as truncated); the buffer holds at most ``max_buffer_bytes``.
@@ -262,7 +226,7 @@ class PredictionLogger:
             return False
         return True
 
-    def _bounded(self, record: PredictionRecord) -> tuple[PredictionRecord, int]:
+    def _bounded(self, record: AnsweredPrediction) -> tuple[AnsweredPrediction, int]:
         limit = self._config.max_record_bytes
         features, output = record.features, record.output
         feature_bytes, output_bytes = approx_bytes(features), approx_bytes(output)
@@ -280,28 +244,11 @@ class PredictionLogger:
         with self._buffered_lock:
             self._buffered -= size
 
-    def record_answer(
-        self,
-        request_id: str,
-        model: str,
-        version: str,
-        features: Any,
-        output: Any,
-        seconds: float,
-        shadow_of: str | None = None,
-    ) -> None:
-        """Log an answer (an :class:`~servinglib.serving.recording.AnswerRecorder`)."""
-        self.record(
-            PredictionRecord(
-                request_id, time.time(), model, version, shadow_of, features, output, seconds * 1000
-            )
-        )
-
     def _write_loop(self) -> None:
         interval = self._config.flush_interval_ms / 1000
         stopping = False
         while not stopping:
-            batch: list[PredictionRecord] = []
+            batch: list[AnsweredPrediction] = []
             deadline = time.monotonic() + interval
             while len(batch) < self._config.batch_size:
                 try:
@@ -323,17 +270,17 @@ class PredictionLogger:
             self._write(batch)  # also when empty: a subclass may have background work
         self._sink.close()
 
-    def _taken(self, item: object) -> PredictionRecord:
+    def _taken(self, item: object) -> AnsweredPrediction:
         """A queued record, its bytes no longer counted in the buffer."""
         assert isinstance(item, tuple)
         record, size = item
         self._release(size)
-        assert isinstance(record, PredictionRecord)
+        assert isinstance(record, AnsweredPrediction)
         return record
 
-    def _write(self, batch: list[PredictionRecord]) -> None:
+    def _write(self, batch: list[AnsweredPrediction]) -> None:
         """Write ``batch`` in chunks; retry a failed chunk with backoff, then drop and count."""
-        rows = [record.row() for record in batch]
+        rows = [row_of(record) for record in batch]
         written = failures = 0
         while written < len(rows):
             chunk = rows[written : written + self._config.batch_size]

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 from servinglib.config.sinks import LogSinkConfig
 from servinglib.config.spec import PredictionLogConfig
 from servinglib.monitoring.prediction_events import event_of
-from servinglib.monitoring.prediction_log import PredictionLogger, PredictionRecord
+from servinglib.monitoring.prediction_log import PredictionLogger
 from servinglib.monitoring.spool import Spool
+from servinglib.serving.recording import AnsweredPrediction
 
 __all__ = ["EventSink", "SinkListener", "SinkLogger"]
 
@@ -77,7 +78,7 @@ class SinkLogger(PredictionLogger):
             on_truncated=lambda n: listener.sink_records(name, "truncated", n),
         )
 
-    def _write(self, batch: list[PredictionRecord]) -> None:
+    def _write(self, batch: list[AnsweredPrediction]) -> None:
         events = [event_of(record, self._source) for record in batch]
         closing = self._closed.is_set()
         if time.monotonic() >= self._next_adopt and not closing:

@@ -126,7 +126,7 @@ class AdminClient:
         return self._checked(*self.call("GET", "/admin/rollouts"))
 
     def rollout_command(self, model: str, command: str) -> Any:
-        """``pause``, ``resume``, ``abort`` or ``promote`` the rollout of ``model``."""
+        """``pause``, ``resume``, ``abort``, ``promote`` or ``restart`` the rollout of ``model``."""
         return self._checked(*self.call("POST", f"/admin/rollouts/{model}/{command}"))
 
     @staticmethod

@@ -4,7 +4,7 @@ Routes added to the admin listener::
 
     GET  /admin/rollouts                          every rollout's status and gate evidence
     GET  /admin/rollouts/<model>/evidence         the whole persisted state (for the readout)
-    POST /admin/rollouts/<model>/<command>        pause | resume | abort | promote
+    POST /admin/rollouts/<model>/<command>        pause | resume | abort | promote | restart
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from servinglib.serve.admin import AdminServer
 
 __all__ = ["AdminActions", "start_controller"]
 
-_COMMAND = re.compile(r"^/admin/rollouts/([^/]+)/(pause|resume|abort|promote)$")
+_COMMAND = re.compile(r"^/admin/rollouts/([^/]+)/(pause|resume|abort|promote|restart)$")
 _EVIDENCE = re.compile(r"^/admin/rollouts/([^/]+)/evidence$")
 
 

@@ -215,7 +215,8 @@ def build_worker(
     metrics.declare_shadow_pairs(config)
     logger = None
     if config.prediction_log is not None:
-        logger = open_logs(config.prediction_log, config.service, metrics)
+        schemas = {model.name: model.input_schema for model in config.models}
+        logger = open_logs(config.prediction_log, config.service, metrics, schemas)
     observed: list[tuple[ShadowRouter, DriftMonitor]] = []
 
     def observe(registry: ModelRegistry) -> Observers:

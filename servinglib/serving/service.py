@@ -28,7 +28,7 @@ from servinglib.serving.admitted import AdmittedCall as _Call
 from servinglib.serving.batching import BatchListener, DynamicBatcher
 from servinglib.serving.catalog import VersionCatalog
 from servinglib.serving.lanes import Lane
-from servinglib.serving.recording import AnswerRecorder
+from servinglib.serving.recording import AnsweredPrediction, AnswerRecorder
 from servinglib.serving.requests import (
     DriftObserver,
     InferenceRequest,
@@ -318,8 +318,16 @@ class InferenceService:
             self._drift.observe(ready.model, ready.version, features, output, request.tensors)
         logged = self._recorder is not None and self._recorder.sampled()
         if logged and self._recorder is not None:
-            self._recorder.record_answer(
-                request.request_id, ready.model, ready.version, features, output, elapsed
+            self._recorder.record(
+                AnsweredPrediction(
+                    request.request_id,
+                    ready.model,
+                    ready.version,
+                    features,
+                    output,
+                    elapsed * 1000,
+                    *tracing.trace_ids_of(request.trace),
+                )
             )
         if self._shadows is not None:
             copy = functools.partial(

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["ACTIVE", "Tracing", "trace_id_of"]
+__all__ = ["ACTIVE", "Tracing", "trace_id_of", "trace_ids_of"]
 
 Header = Callable[[str], str | None]
 
@@ -206,10 +206,15 @@ class Tracing:
 
     def trace_id(self, context: Any) -> str:
         """The trace id (32 hex digits) of the span in ``context``; "" for none."""
+        ids = self.ids(context)
+        return "" if ids is None else ids[0]
+
+    def ids(self, context: Any) -> tuple[str, str] | None:
+        """The trace id (32 hex digits) and span id (16) of the span in ``context``."""
         span_context = self._trace.get_current_span(context).get_span_context()
         if not span_context.is_valid:
-            return ""
-        return f"{span_context.trace_id:032x}"
+            return None
+        return f"{span_context.trace_id:032x}", f"{span_context.span_id:016x}"
 
 
 def trace_id_of(context: Any) -> str:
@@ -218,6 +223,16 @@ def trace_id_of(context: Any) -> str:
     if tracing is None or context is None:
         return ""
     return tracing.trace_id(context)
+
+
+def trace_ids_of(context: Any, span: Any = None) -> tuple[str | None, str | None]:
+    """The trace and span ids of ``span`` (when given) or of the span in the trace
+    ``context``; ``(None, None)`` when the request is not traced."""
+    tracing = ACTIVE
+    if tracing is None or context is None:
+        return None, None
+    ids = tracing.ids(tracing.in_context(span, context))
+    return (None, None) if ids is None else ids
 
 
 def _carrier(header: Header) -> dict[str, str] | None:

@@ -29,7 +29,7 @@ from servinglib.errors import (
 )
 from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.serving import tracing
-from servinglib.serving.recording import AnswerRecorder
+from servinglib.serving.recording import AnsweredPrediction, AnswerRecorder
 from servinglib.shadow.budget import CpuBudget
 from servinglib.shadow.comparators import Comparator, Comparison, make_comparator
 from servinglib.shadow.process import ShadowProcess
@@ -270,8 +270,17 @@ class ShadowRouter:
             if self._listener:
                 self._listener.shadow_compared(model, primary, version, comparison)
             if self._recorder and log_answer:  # logged with its primary, under its sampling
-                self._recorder.record_answer(
-                    request_id, model, version, features, answer, elapsed, shadow_of=primary
+                self._recorder.record(
+                    AnsweredPrediction(
+                        request_id,
+                        model,
+                        version,
+                        features,
+                        answer,
+                        elapsed * 1000,
+                        *tracing.trace_ids_of(trace, span),  # under the copy's own span
+                        shadow_of=primary,
+                    )
                 )
         except DeadlineExceededError:
             outcome = "timeout"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 import tomllib
 from collections.abc import Callable
@@ -214,9 +215,8 @@ def test_text_files_parse(rendered: Rendered) -> None:
     tomllib.loads((repo / "pyproject.toml").read_text())
     # A checkout source is vendored as a wheel: nothing points back to this machine.
     (wheel,) = (repo / "wheels").glob("servinglib-*.whl")
-    assert (repo / "requirements.txt").read_text().splitlines()[
-        -1
-    ] == f"./wheels/{wheel.name}[tracing]"
+    lines = (repo / "requirements.txt").read_text().splitlines()
+    assert f"./wheels/{wheel.name}[tracing]" in lines
     assert str(REPO_ROOT) not in (repo / "requirements.txt").read_text()
     assert "@eta" in (repo / ".github/CODEOWNERS").read_text()
 
@@ -301,3 +301,46 @@ def test_rollout_workflow_waits_for_every_pod_and_keeps_the_readouts(rendered: R
     assert 'servinglib rollout status "$MODEL" --wait' in commands
     assert 'servinglib rollout report "$MODEL"' in commands
     assert steps[-1]["uses"].startswith("actions/upload-artifact@")
+
+
+def test_chosen_prediction_sinks_are_configured_provisioned_and_checked_by_the_repo(
+    tmp_path: Path,
+) -> None:
+    repo = render(  # a requirement, not this checkout: no wheel to build
+        tmp_path,
+        servinglib="servinglib",
+        prediction_sinks="kafka,parquet",
+        kafka_bootstrap_servers="k:9092",
+    )
+    log = load_config(repo / "servinglib.yaml", environ={}).prediction_log
+    assert log is not None
+    assert [(s.kind, s.target, dict(s.options)) for s in log.sinks] == [
+        ("kafka", "eta-service-predictions", {"bootstrap_servers": "k:9092"}),
+        ("parquet", "s3://eta-predictions/eta-service", {}),
+    ]
+    _, problems = validate_service(repo / "servinglib.yaml")
+    assert problems == []
+    variables = {n: v.get("default") for b in hcl(repo)["variable"] for n, v in b.items()}
+    assert variables["kafka_bootstrap_servers"] == "k:9092"
+    assert variables["prediction_topic"] == "eta-service-predictions"
+    assert variables["prediction_bucket"] == "eta-predictions"
+    requirements = (repo / "requirements.txt").read_text().splitlines()
+    assert {"confluent-kafka>=2.3", "pyarrow>=14", "s3fs>=0.4.2"} <= set(requirements)
+
+    def repo_test() -> subprocess.CompletedProcess[str]:  # the generated repo's own check
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "sinks"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    passed = repo_test()
+    assert passed.returncode == 0, passed.stdout[-3000:]
+    config = repo / "servinglib.yaml"
+    config.write_text(config.read_text().replace('"k:9092"', '"k:9092"\n        linger_ms: -5'))
+    refused = repo_test()  # a setting out of range: the repo's test refuses its config
+    assert refused.returncode == 1
+    assert "monitoring.prediction_log.sinks[0]" in refused.stdout

@@ -194,3 +194,25 @@ def test_the_default_answer_follows_the_installed_servinglib() -> None:
     assert spec.servinglib.requirement_line() == compatible_range(installed).replace(
         "servinglib", "servinglib[tracing]", 1
     )
+
+
+def test_prediction_sinks_are_checked_answers() -> None:
+    spec = build_service_spec({**MINIMAL, "prediction_sinks": "kafka,parquet"})
+    assert spec.sinks.kinds == ("kafka", "parquet")
+    assert (spec.sinks.kafka_topic, spec.sinks.lake_url) == (
+        "eta-service-predictions",
+        "s3://eta-predictions/eta-service",
+    )
+    assert build_service_spec(MINIMAL).sinks.kinds == ()
+    found = problems(
+        {
+            "prediction_sinks": "kafka,redis",
+            "kafka_bootstrap_servers": "kafka:99999",
+            "kafka_topic": "bad topic",
+            "lake_url": "ftp://bucket/x",
+        }
+    )
+    assert "prediction_sinks: 'kafka,redis' is not a list of sinks; use none, kafka" in found
+    assert "kafka_bootstrap_servers: 'kafka:99999' is not host:port" in found
+    assert "kafka_topic: 'bad topic' is not a Kafka topic name" in found
+    assert "lake_url: 'ftp://bucket/x' is not a bucket URL; use s3://BUCKET/PREFIX" in found

@@ -25,10 +25,12 @@ def delivery_service(
     admin_port: int,
     candidate: dict[str, Any],
     baseline: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
     **policy: Any,
 ) -> Path:
     """servinglib.yaml of model ``m``: version 1 (baseline) and 2 (candidate) behaving as
-    told (see fixtures/delivery/canary.py), with a rollout policy of small windows."""
+    told (see fixtures/delivery/canary.py), with a rollout policy of small windows;
+    ``model``: more keys of the model entry."""
     shutil.copy(FIXTURE / "canary.py", root / "canary.py")
     for version, behaviour in (("1", baseline or {}), ("2", candidate)):
         (root / "repo" / version).mkdir(parents=True, exist_ok=True)
@@ -54,6 +56,7 @@ def delivery_service(
                 "require_self_tests": False,
                 "input_schema": {"type": "object"},
                 "rollout": rollout,
+                **(model or {}),
             }
         ],
     }

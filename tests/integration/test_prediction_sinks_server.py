@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import threading
 import time
 from collections import Counter
@@ -60,6 +61,13 @@ def total(url: str, name: str, **labels: str) -> float:
         for key, value in metric_values(url, name).items()
         if all((k, v) in key for k, v in labels.items())
     )
+
+
+def window_p95s(answers: list[tuple[int, float]], window: int = 50) -> list[float]:
+    """The p95 latency of each run of ``window`` consecutive answers."""
+    latencies = [seconds for _, seconds in answers]
+    chunks = [latencies[i : i + window] for i in range(0, len(latencies) - window + 1, window)]
+    return [sorted(chunk)[int(window * 0.95)] for chunk in chunks]
 
 
 def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
@@ -182,9 +190,20 @@ def test_a_broker_outage_spools_then_delivers_everything_and_a_full_spool_counts
         stop(server.process)
     statuses = Counter(status for phase_results in results.values() for status, _ in phase_results)
     assert set(statuses) == {200}, statuses  # serving never waited for the broker
-    p95 = {name: sorted(s for _, s in r)[int(len(r) * 0.95)] for name, r in results.items()}
-    # Waiting for the broker would take the 2 s delivery timeout.
-    assert p95["outage"] < 1.0, p95
+    p95 = {name: window_p95s(r) for name, r in results.items()}
+    typical = {name: statistics.median(values) for name, values in p95.items()}
+    around = p95["before"] + p95["after"]
+    baseline = statistics.median(around)
+    # The machine's load drifts during a run (other tests, other servers): one p95 over the
+    # outage against one before it compares two moments as much as two states. So each
+    # phase is cut into windows of 50 answers, and the median of the outage windows' p95s
+    # is compared with the median of the windows before and after it, which surround it in
+    # time. Serving never waits for the broker (that would take the 2 s delivery timeout)
+    # and spooling does not slow it: within 10 %, within 10 ms for latencies of a few ms
+    # (where 10 % is below the noise), or within the spread the windows with the broker up
+    # show among themselves when the machine is that loaded.
+    allowed = max(baseline * 1.10, baseline + 0.010, *around)
+    assert typical["outage"] <= allowed, (p95, baseline)
     answered = set(sent)  # every one answered 200 (above)
     found = events(kafka_broker, topic)
     primary = Counter(e["id"] for e in found if e["data"]["shadow_of"] is None)
@@ -192,8 +211,8 @@ def test_a_broker_outage_spools_then_delivers_everything_and_a_full_spool_counts
     duplicates = sum(n - 1 for n in primary.values())
     print(
         f"figures: outage {len(results['outage'])} answers, spooled {spooled:.0f}, replayed "
-        f"{replayed_in:.1f} s after, {duplicates} duplicates; p95 ms "
-        + ", ".join(f"{k} {v * 1000:.1f}" for k, v in p95.items())
+        f"{replayed_in:.1f} s after, {duplicates} duplicates; median window p95 ms "
+        + ", ".join(f"{k} {v * 1000:.1f}" for k, v in typical.items())
     )
 
 
@@ -242,3 +261,45 @@ def test_parquet_lake_survives_kill_9_and_feeds_profile_from_log(tmp_path: Path)
     assert profile["source"] == "prediction log, last 3600 s"
     assert {f["name"]: f["count"] for f in profile["fields"]}["x"] == rows
     print(f"figures: {len(files)} files, {rows} rows of {answered} answers after 2 kill -9")
+
+
+def test_an_s3_lake_on_the_session_store_types_features_and_feeds_profile_from_log(
+    tmp_path: Path, s3_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    s3fs = pytest.importorskip("s3fs")
+    for key, value in s3_store.env.items():  # the server, the CLI and s3fs here read them
+        monkeypatch.setenv(key, value)
+    s3_store.client.create_bucket(Bucket="predictions-lake")
+    config = write_service(
+        tmp_path,
+        "    input_schema: {type: object, properties: {x: {type: number}}}\n",
+        "monitoring:\n  prediction_log:\n    sinks:\n"
+        "      - {type: parquet, url: 's3://predictions-lake/log', flush_interval_ms: 20}\n",
+    )
+    server = launch(config, tmp_path, "--workers", "1")
+    try:
+        answered = sum(infer(server.url, i)[0] == 200 for i in range(30))  # x: 1 ... 30
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=60)
+    finally:
+        stop(server.process)
+    assert answered == 30
+    fs = s3fs.S3FileSystem()
+    files = fs.glob("predictions-lake/log/model=scorer/version=1/date=*/hour=*/*.parquet")
+    assert files, fs.find("predictions-lake")
+    tables = [pq.read_table(path, filesystem=fs) for path in files]
+    assert {t.schema.field("feature_x").type for t in tables} == {pa.float64()}
+    xs = sorted(x for t in tables for x in t.column("feature_x").to_pylist())
+    assert xs == [float(i) for i in range(1, 31)]  # declared number: ints logged as doubles
+    assert all(t.column("inputs").null_count == t.num_rows for t in tables)
+    result = run_cli(
+        "profile",
+        *("--config", str(config), "--model", "scorer", "--version", "1"),
+        *("--from-log", "1h", "--no-progress"),
+    )
+    assert result.returncode == 0, result.stderr
+    profile = json.loads((tmp_path / "models" / "scorer" / "1" / "profile.json").read_text())
+    assert {f["name"]: f["count"] for f in profile["fields"]}["x"] == 30
+    print(f"figures: {len(files)} lake files on s3, 30 rows, feature_x double")

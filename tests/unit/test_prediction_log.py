@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -16,17 +17,34 @@ import numpy as np
 import pytest
 
 from servinglib.config.spec import PredictionLogConfig
-from servinglib.monitoring.prediction_log import (
-    PredictionLogger,
-    PredictionRecord,
-    SqliteSink,
-    open_sink,
+from servinglib.monitoring.prediction_log import PredictionLogger, SqliteSink, open_sink, row_of
+from servinglib.monitoring.prediction_log_schema import SCHEMA_VERSION
+from servinglib.serving.recording import AnsweredPrediction
+
+needs_postgres = pytest.mark.skipif(
+    not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
+    reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
 )
 
 
-def record(i: int, shadow_of: str | None = None) -> PredictionRecord:
-    return PredictionRecord(
-        f"r{i}", time.time(), "eta", "2", shadow_of, {"x": i}, {"y": np.float32(i)}, 1.5
+def first_writes_together(url: str, workers: int, answer: AnsweredPrediction) -> None:
+    """``workers`` new sinks on ``url`` write ``answer`` at the same moment."""
+    sinks = [open_sink(url) for _ in range(workers)]
+    start = threading.Barrier(workers)
+
+    def first_write(sink: Any) -> None:
+        start.wait(timeout=30)
+        sink.write([row_of(answer)])
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(first_write, sinks))
+    for sink in sinks:
+        sink.close()
+
+
+def record(i: int, shadow_of: str | None = None) -> AnsweredPrediction:
+    return AnsweredPrediction(
+        f"r{i}", "eta", "2", {"x": i}, {"y": np.float32(i)}, 1.5, shadow_of=shadow_of
     )
 
 
@@ -149,10 +167,7 @@ def test_a_sink_that_stays_down_drops_and_counts() -> None:
     assert sum(dropped) == 1
 
 
-@pytest.mark.skipif(
-    not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
-    reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
-)
+@needs_postgres
 @pytest.mark.services
 def test_postgres_sink() -> None:
     import psycopg
@@ -171,10 +186,7 @@ def test_postgres_sink() -> None:
     assert (count, shadows) == (25, 5)
 
 
-@pytest.mark.skipif(
-    not os.environ.get("SERVINGLIB_TEST_POSTGRES_URL"),
-    reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
-)
+@needs_postgres
 @pytest.mark.services
 def test_postgres_table_is_created_once_by_workers_starting_together() -> None:
     import psycopg
@@ -182,17 +194,7 @@ def test_postgres_table_is_created_once_by_workers_starting_together() -> None:
     url = os.environ["SERVINGLIB_TEST_POSTGRES_URL"]
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("DROP TABLE IF EXISTS predictions")
-    sinks = [open_sink(url) for _ in range(8)]
-    start = threading.Barrier(len(sinks))
-
-    def first_write(sink: Any) -> None:
-        start.wait(timeout=30)
-        sink.write([record(0).row()])
-
-    with ThreadPoolExecutor(max_workers=len(sinks)) as pool:
-        list(pool.map(first_write, sinks))  # DuplicateTable / UniqueViolation would raise here
-    for sink in sinks:
-        sink.close()
+    first_writes_together(url, 8, record(0))  # DuplicateTable / UniqueViolation would raise
     with psycopg.connect(url) as connection:
         (count,) = connection.execute("SELECT count(*) FROM predictions").fetchone()
     assert count == 8
@@ -226,13 +228,13 @@ def test_oversized_records_are_summarized_and_the_buffer_is_bounded_in_bytes(
     big = np.zeros(1 << 20, dtype=np.float64)  # 8 MiB
     for i in range(200):  # each kept record is about 2 KiB of small features
         logger.record(
-            PredictionRecord(f"r{i}", 0.0, "m", "1", None, {"x": [1.0] * 200}, {"y": 1}, 1.0)
+            AnsweredPrediction(f"r{i}", "m", "1", {"x": [1.0] * 200}, {"y": 1}, 1.0, logged_at=0.0)
         )
-    assert logger.record(PredictionRecord("big", 0.0, "m", "1", None, big, {"y": 1}, 1.0))
+    assert logger.record(AnsweredPrediction("big", "m", "1", big, {"y": 1}, 1.0, logged_at=0.0))
     assert sum(truncated) == 1
     for i in range(2000):  # about 4 MiB more than the buffer may hold while the sink is stuck
         logger.record(
-            PredictionRecord(f"s{i}", 0.0, "m", "1", None, {"x": [1.0] * 200}, {"y": 1}, 1.0)
+            AnsweredPrediction(f"s{i}", "m", "1", {"x": [1.0] * 200}, {"y": 1}, 1.0, logged_at=0.0)
         )
     assert sum(dropped) > 0
     blocked.set()
@@ -246,3 +248,58 @@ def test_oversized_records_are_summarized_and_the_buffer_is_bounded_in_bytes(
         "approx_bytes": 8 << 20,
         "shape": [1 << 20],
     }
+
+
+OLD_TABLE = """CREATE TABLE predictions (id {id_type}, request_id TEXT NOT NULL,
+logged_at DOUBLE PRECISION NOT NULL, model TEXT NOT NULL, version TEXT NOT NULL,
+shadow_of TEXT, features TEXT NOT NULL, output TEXT NOT NULL,
+latency_ms DOUBLE PRECISION NOT NULL)"""  # as schema version 1 created it
+OLD_ROW = "INSERT INTO predictions (request_id, logged_at, model, version, features, output, latency_ms) VALUES ('old', 0, 'eta', '1', '{}', '{}', 1)"
+
+
+def traced(i: int) -> AnsweredPrediction:
+    return dataclasses.replace(record(i), trace_id=f"{i:032x}", span_id=f"{i:016x}")
+
+
+def test_sqlite_log_of_an_older_release_gains_trace_id(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute(OLD_TABLE.format(id_type="INTEGER PRIMARY KEY AUTOINCREMENT"))
+        connection.execute(OLD_ROW)
+    start = threading.Barrier(4)
+
+    def worker(_: int) -> None:  # workers starting together, a connection each
+        sink = SqliteSink(str(path))
+        start.wait(timeout=30)
+        sink.write([row_of(traced(7)), row_of(record(8))])
+        sink.close()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(worker, range(4)))  # "duplicate column name" would raise here
+    with sqlite3.connect(path) as connection:
+        found = connection.execute(
+            "SELECT request_id, trace_id FROM predictions ORDER BY id"
+        ).fetchall()
+        (version,) = connection.execute("PRAGMA user_version").fetchone()
+    assert found == [("old", None)] + [("r7", f"{7:032x}"), ("r8", None)] * 4
+    assert version == SCHEMA_VERSION == 2
+
+
+@needs_postgres
+@pytest.mark.services
+def test_postgres_log_of_an_older_release_gains_trace_id() -> None:
+    import psycopg
+
+    url = os.environ["SERVINGLIB_TEST_POSTGRES_URL"]
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS predictions, servinglib_schema")
+        connection.execute(OLD_TABLE.format(id_type="BIGSERIAL PRIMARY KEY"))
+        connection.execute(OLD_ROW)
+    first_writes_together(url, 4, traced(7))  # DuplicateColumn would raise
+    with psycopg.connect(url) as connection:
+        found = connection.execute(
+            "SELECT request_id, trace_id FROM predictions ORDER BY id"
+        ).fetchall()
+        versions = connection.execute("SELECT version FROM servinglib_schema").fetchall()
+    assert found == [("old", None)] + [("r7", f"{7:032x}")] * 4
+    assert versions == [(SCHEMA_VERSION,)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -16,10 +17,10 @@ from servinglib.config.sinks import LogSinkConfig
 from servinglib.monitoring.drift.sources import read_prediction_log
 from servinglib.monitoring.kafka_sink import KafkaSink
 from servinglib.monitoring.parquet_sink import LAKE_COLUMNS, ParquetSink
-from servinglib.monitoring.prediction_events import EVENT_TYPE
-from servinglib.monitoring.prediction_log import PredictionRecord
+from servinglib.monitoring.prediction_events import EVENT_TYPE, event_of
 from servinglib.monitoring.sink_logger import SinkLogger
 from servinglib.monitoring.spool import Spool
+from servinglib.serving.recording import AnsweredPrediction
 
 
 class Counts:
@@ -43,16 +44,16 @@ class Counts:
 
 def record(
     i: int, shadow_of: str | None = None, logged_at: float | None = None
-) -> PredictionRecord:
-    return PredictionRecord(
+) -> AnsweredPrediction:
+    return AnsweredPrediction(
         f"r{i}",
-        time.time() if logged_at is None else logged_at,
         "m",
         "2" if shadow_of else "1",
-        shadow_of,
         {"x": float(i)},
         {"y": i * 2},
         1.5,
+        shadow_of=shadow_of,
+        logged_at=time.time() if logged_at is None else logged_at,
     )
 
 
@@ -220,7 +221,8 @@ def test_parquet_lake_is_partitioned_and_read_by_pyarrow_duckdb_and_drift(
     assert date.startswith("date=")
     assert hour.startswith("hour=")
     table = ds.dataset(str(lake), format="parquet", partitioning=None).to_table()
-    assert table.schema.names == [name for name, _ in LAKE_COLUMNS]
+    assert table.schema.names == [name for name, _ in LAKE_COLUMNS] + ["feature_x"]
+    assert table.column("inputs").null_count == 30  # every feature has a column
     assert table.num_rows == 30
     with duckdb.connect() as db:  # as the docs read it: partition keys stay text
         found = db.execute(
@@ -261,3 +263,76 @@ def test_sinks_are_configured_from_servinglib_yaml(tmp_path: Path) -> None:
     config.write_text(base + "      - {type: kafka, topic: u, bootstrap_servers: 'k:9092'}\n")
     with pytest.raises(ConfigError, match=r"sinks\[1\]: another sink is named 'kafka'"):
         load_config(config)
+
+
+def test_lake_features_are_typed_columns_by_input_schema_else_by_file(tmp_path: Path) -> None:
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lake = tmp_path / "lake"
+    schema = {
+        "type": "object",
+        "properties": {
+            "x": {"type": "number"},  # integers logged as 3 still make a double column
+            "n": {"type": ["integer", "null"]},
+            "tags": {"type": "array"},
+        },
+    }
+    sink = ParquetSink(str(lake), {}, {"m": schema})
+
+    def answer(i: int, version: str, features: Any) -> dict[str, Any]:
+        return event_of(
+            AnsweredPrediction(f"r{i}", "m", version, features, {"y": i}, 1.0),
+            "servinglib/svc",
+        )
+
+    typed = [
+        {"x": i, "n": i * 10, "city": f"c{i}", "tags": [i], "ok": i % 2 == 0} for i in range(4)
+    ]
+    typed[3] = {"x": 1.5, "city": "c3", "tags": [], "ok": True, "extra": {"deep": 1}}
+    mixed = [{"n": 1, "free": 1}, {"n": "two", "free": 2.5}, {"n": 3, "free": 7}]
+    sink.write([answer(i, "1", f) for i, f in enumerate(typed)])
+    sink.write([answer(10 + i, "2", f) for i, f in enumerate(mixed)])
+    sink.write([answer(20, "3", [[1.0, 2.0]])])  # not an object: all JSON
+
+    (v1,) = lake.glob("model=m/version=1/*/*/*.parquet")
+    table = pq.read_table(v1)
+    assert {f.name: f.type for f in table.schema if f.name.startswith("feature_")} == {
+        "feature_x": pa.float64(),  # declared number
+        "feature_n": pa.int64(),  # declared integer (null allowed)
+        "feature_city": pa.string(),  # not declared: inferred from the file
+        "feature_ok": pa.bool_(),
+    }  # tags (declared array) and extra (an object) stay JSON
+    assert table.column("feature_n").to_pylist() == [0, 10, 20, None]
+    assert [None if t is None else json.loads(t) for t in table.column("inputs").to_pylist()] == [
+        {"tags": [0]},
+        {"tags": [1]},
+        {"tags": [2]},
+        {"tags": [], "extra": {"deep": 1}},
+    ]
+    (v2,) = lake.glob("model=m/version=2/*/*/*.parquet")
+    names = pq.read_schema(v2).names
+    assert "feature_n" not in names  # an int and a str: no one type
+    assert pq.read_schema(v2).field("feature_free").type == pa.float64()  # ints and floats
+    with duckdb.connect() as db:
+        found = db.execute(
+            "SELECT version, sum(feature_x), max(feature_city), count(feature_free) FROM "
+            f"read_parquet('{lake}/**/*.parquet', union_by_name = true, "
+            "hive_types_autocast = false) GROUP BY version ORDER BY version"
+        ).fetchall()
+    assert found == [("1", 4.5, "c3", 0), ("2", None, None, 3), ("3", None, None, 0)]
+    logged = {o["y"]: (v, f) for v, f, o in read_prediction_log(str(lake), "m", None, 60)}
+    expected: dict[int, tuple[str, Any]] = {i: ("1", f) for i, f in enumerate(typed)}
+    expected |= {10 + i: ("2", f) for i, f in enumerate(mixed)} | {20: ("3", [[1.0, 2.0]])}
+    assert logged == expected  # features put back together (ints read back from doubles)
+
+
+def test_a_traced_answer_carries_the_cloudevents_tracing_extension() -> None:
+    traced = dataclasses.replace(record(1), trace_id="ab" * 16, span_id="cd" * 8)
+    event = event_of(traced, "servinglib/svc")
+    assert event["traceparent"] == f"00-{'ab' * 16}-{'cd' * 8}-01"
+    assert event["data"]["trace_id"] == "ab" * 16
+    untraced = event_of(record(1), "servinglib/svc")
+    assert "traceparent" not in untraced
+    assert untraced["data"]["trace_id"] is None

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from servinglib.monitoring.drift.profile import ProfileError
+from servinglib.monitoring.lake_features import FEATURE_PREFIX, features_of
 
 __all__ = ["parse_since", "read_prediction_log"]
 
@@ -70,9 +71,12 @@ def read_lake(
     """``(version, features, output)`` of primary answers in the Parquet lake at ``url``
     logged since ``start``, in logging order (only the model's partitions are read).
 
+    Files are read one by one: each has the feature columns of its own records.
+
     Raises:
         ProfileError: the lake cannot be read.
     """
+    rows: list[tuple[float, str, Any, Any]] = []
     try:
         import fsspec
         import pyarrow.dataset as ds
@@ -85,13 +89,22 @@ def read_lake(
             return []
         dataset = ds.dataset(where, format="parquet", filesystem=fs, partitioning=None)
         wanted = (ds.field("logged_at") >= start) & ds.field("shadow_of").is_null()
-        table = dataset.to_table(
-            columns=["version", "inputs", "outputs", "logged_at"], filter=wanted
-        )
+        for fragment in dataset.get_fragments():
+            names = fragment.physical_schema.names
+            flat = [n for n in names if n.startswith(FEATURE_PREFIX)]
+            table = fragment.to_table(
+                columns=["version", "inputs", "outputs", "logged_at", *flat], filter=wanted
+            )
+            columns = {name: table.column(name).to_pylist() for name in table.column_names}
+            for i, logged_at in enumerate(columns["logged_at"]):
+                inputs = columns["inputs"][i]
+                features = features_of(
+                    None if inputs is None else json.loads(inputs),
+                    {name: columns[name][i] for name in flat},
+                )
+                output = json.loads(columns["outputs"][i])
+                rows.append((logged_at, str(columns["version"][i]), features, output))
     except Exception as e:
         raise ProfileError(f"cannot read the prediction lake {url}: {e}") from e
-    rows = sorted(
-        zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True),
-        key=lambda r: r[3],
-    )
-    return [(str(v), json.loads(f), json.loads(o)) for v, f, o, _ in rows]
+    rows.sort(key=lambda row: row[0])
+    return [(v, f, o) for _, v, f, o in rows]

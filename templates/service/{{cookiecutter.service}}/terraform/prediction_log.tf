@@ -4,13 +4,13 @@
 variable "kafka_bootstrap_servers" {
   description = "host:port of the Kafka cluster for the prediction topic; empty: no topic"
   type        = string
-  default     = ""
+  default     = "{{ cookiecutter.kafka_bootstrap_servers if "kafka" in cookiecutter.prediction_sinks else "" }}"
 }
 
 variable "prediction_topic" {
   description = "Kafka topic of the prediction events (one message per answer)"
   type        = string
-  default     = "{{ cookiecutter.service }}-predictions"
+  default     = "{{ cookiecutter.kafka_topic }}"
 }
 
 variable "prediction_topic_partitions" {
@@ -28,7 +28,7 @@ variable "prediction_retention_ms" {
 variable "prediction_bucket" {
   description = "S3 bucket of the Parquet prediction lake; empty: no bucket"
   type        = string
-  default     = ""
+  default     = "{{ cookiecutter.lake_bucket }}"
 }
 
 resource "kafka_topic" "predictions" {

@@ -59,7 +59,8 @@ class Venv:
 
     def pip_install(self, *args: str | Path, cwd: Path | None = None) -> None:
         run(
-            [self.bin("python"), "-m", "pip", "install", "--quiet", *args],
+            # --no-compile: the servers and tests byte-compile only what they import
+            [self.bin("python"), "-m", "pip", "install", "--quiet", "--no-compile", *args],
             cwd=cwd,
             env=self.env,
             timeout=600,

@@ -179,7 +179,7 @@ PAYLOAD = {"weights": [1.0, 2.0], "call": os.system}  # os.system: a GLOBAL opco
     [
         *[(f"protocol{p}.bin", pickle.dumps(PAYLOAD, protocol=p)) for p in range(6)],
         ("protocol0-plain.dat", pickle.dumps([1, 2, "x"], protocol=0)),
-        ("model.pkl.gz.bin", gzip.compress(pickle.dumps(PAYLOAD, protocol=0))),
+        ("model.pkl.gz.bin", gzip.compress(pickle.dumps(PAYLOAD, protocol=0), mtime=0)),
         ("weights.bz", bz2.compress(pickle.dumps(PAYLOAD, protocol=1))),
         ("weights.xz", lzma.compress(pickle.dumps(PAYLOAD))),
         ("weights.lzma", lzma.compress(pickle.dumps(PAYLOAD), format=lzma.FORMAT_ALONE)),

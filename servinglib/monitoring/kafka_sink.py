@@ -41,10 +41,14 @@ def producer_settings(options: Mapping[str, Any]) -> dict[str, Any]:
 class KafkaSink:
     """Produces events to ``topic`` and waits for their acknowledgement.
 
-    A batch that fails for any reason discards the producer; the next batch gets a new
-    one (a new producer id). That covers librdkafka's fatal errors too: after one (e.g.
-    ``OUT_OF_ORDER_SEQUENCE_NUMBER`` or ``PRODUCER_FENCED`` once a broker restarted) the
-    idempotent producer refuses every message for good and must be recreated.
+    A producer is used only while its connection holds. Any error it reports (connection
+    lost, brokers down, fatal) discards it, and a batch that was in flight meanwhile counts
+    as failed even if acknowledged: after a cut librdkafka may bump the idempotent
+    producer's epoch locally and restart its sequence numbers, and batches of a producer
+    that lived through a cut were seen acknowledged yet partly missing on the test broker
+    (Tansu). The next batch gets a new producer (a new producer id). That also
+    covers librdkafka's fatal errors (e.g. ``OUT_OF_ORDER_SEQUENCE_NUMBER``), after which
+    the producer refuses every message for good and must be recreated.
     """
 
     def __init__(self, topic: str, options: Mapping[str, Any]) -> None:
@@ -60,15 +64,22 @@ class KafkaSink:
         self._timeout_s = self._settings["message.timeout.ms"] / 1000
         self._producer: Any = None
         self._fatal: Any = None  # the producer's fatal error, once it has one
+        self._disrupted: Any = None  # the first error the producer reported
         self._suspect = False  # the last batch failed: check the cluster answers first
 
     def _on_error(self, error: Any) -> None:
         if error.fatal():
             self._fatal = error
+        if self._disrupted is None:
+            self._disrupted = error
 
     def _connect(self) -> Any:
+        if self._producer is not None:
+            self._producer.poll(0)  # serves the errors it reported while idle
+            if self._disrupted is not None:
+                self._discard()
         if self._producer is None:
-            self._fatal = None
+            self._fatal = self._disrupted = None
             self._producer = self._kafka.Producer({**self._settings, "error_cb": self._on_error})
         return self._producer
 
@@ -94,12 +105,17 @@ class KafkaSink:
         except Exception:
             self._discard()
             raise
-        if left or errors or self._fatal is not None:
+        if left or errors or self._disrupted is not None:
+            first = self._fatal or (errors[0] if errors else self._disrupted)
             self._discard()
-            first = self._fatal or (errors[0] if errors else "delivery timed out")
+            if not (left or errors):  # acknowledged, but by a producer that lost its link
+                raise self._kafka.KafkaException(
+                    f"topic {self._topic}: the producer failed ({first}) while {len(events)} "
+                    "messages were in flight; they are sent again by a new producer"
+                )
             raise self._kafka.KafkaException(
-                f"topic {self._topic}: {left or len(errors) or len(events)} of {len(events)} "
-                f"messages not acknowledged ({first})"
+                f"topic {self._topic}: {left or len(errors)} of {len(events)} messages not "
+                f"acknowledged ({first or 'delivery timed out'})"
             )
         self._suspect = False
 

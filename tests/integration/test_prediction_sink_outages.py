@@ -76,11 +76,13 @@ def test_three_broker_outages_under_load_lose_no_answered_prediction(
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
             loads = [pool.submit(load, offset) for offset in range(4)]
-            for cycle in range(3):
-                wait_for(grown(lambda: len(answered)), f"answers before outage {cycle}")
-                with kafka_broker.outage():
-                    wait_for(grown(spooled), f"records spooled in outage {cycle}")
-            stopping.set()  # right after the third outage: the spool is still being replayed
+            try:
+                for cycle in range(3):
+                    wait_for(grown(lambda: len(answered)), f"answers before outage {cycle}")
+                    with kafka_broker.outage():
+                        wait_for(grown(spooled), f"records spooled in outage {cycle}")
+            finally:  # right after the third outage: the spool is still being replayed
+                stopping.set()
             for future in loads:
                 future.result()
         server.process.send_signal(signal.SIGTERM)

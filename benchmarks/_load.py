@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -147,6 +148,42 @@ class Server:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{command} not ready after 120 s")
             time.sleep(0.2)
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the server and every process below it (Linux /proc)."""
+        parents: dict[int, int] = {}
+        used: dict[int, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+        tree, grew = {self.process.pid}, True
+        while grew:
+            below = {pid for pid, parent in parents.items() if parent in tree} - tree
+            tree |= below
+            grew = bool(below)
+        return sum(used.get(pid, 0.0) for pid in tree)
+
+    def settle(self, timeout_s: float = 15.0, window_s: float = 0.25) -> None:
+        """Wait until the server stops using CPU after a run (at most ``timeout_s``).
+
+        A server may still work after its last answer (its log writer writing a backlog of
+        access-log lines): the next run, against another server, would pay for it.
+        """
+        deadline = time.monotonic() + timeout_s
+        before = self.cpu_s()
+        while time.monotonic() < deadline:
+            time.sleep(window_s)
+            now = self.cpu_s()
+            if now - before < 0.02 * window_s:  # under 2 % of one core
+                return
+            before = now
 
     def stop(self) -> None:
         self.process.terminate()

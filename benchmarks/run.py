@@ -149,12 +149,14 @@ def scenario_trivial(
             server = start()
             started[label] = (server, path, body)
             run_hey(label, server.url + path, body, 8, 2)  # warm-up, discarded
+            server.settle()
         labels = list(started)
         for repeat in range(repeats):  # each repeat starts with another server
             turn = repeat % len(labels)
             for label in labels[turn:] + labels[:turn]:
                 server, path, body = started[label]
                 runs[label].append(run_hey(label, server.url + path, body, 8, seconds))
+                server.settle()  # its leftover work (a log backlog) must not slow the next
     finally:
         for server, _, _ in started.values():
             server.stop()
@@ -311,7 +313,8 @@ def render(name: str, results: list[LoadResult], command: str) -> str:
         lines.append("servinglib requests/s against: " + "; ".join(ratios) + ".")
         lines.append(
             "All servers run at once and the runs go round-robin between them, so a slow spell "
-            "of the machine hits every setup alike; each row is the median run."
+            "of the machine hits every setup alike; each run starts once the previous server is "
+            "idle; each row is the median run."
         )
     elif name == "shadow":
         lines.append(

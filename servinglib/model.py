@@ -22,6 +22,7 @@ __all__ = [
     "ModelCaller",
     "ModelSettings",
     "SelfTestCase",
+    "StepCall",
     "TensorSpec",
     "Tolerance",
 ]
@@ -106,32 +107,29 @@ CALL_SCOPE: ContextVar[CallScope | None] = ContextVar("servinglib_call_scope", d
 PRECOMPUTED_LOOKUP: ContextVar[str | None] = ContextVar("servinglib_precomputed", default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class StepCall:
+    """One call a model makes to another configured model (a composed model's step).
+
+    ``version`` None lets the member's traffic split or default decide; ``owner`` is the
+    calling (model, version, step); ``parent`` the request being answered (None outside
+    one: its deadline, request id, priority and routing key pass to the step).
+    """
+
+    model: str
+    version: str | None
+    inputs: Any
+    owner: tuple[str, str, str]
+    parent: CallScope | None = None
+
+
 class ModelCaller(Protocol):
     """Calls another configured model through its own lane (what composed models run on)."""
 
-    def call(
-        self,
-        model: str,
-        version: str | None,
-        inputs: Any,
-        *,
-        owner: tuple[str, str, str],
-        parent: CallScope | None,
-    ) -> Any:
-        """Answer ``inputs`` with ``model`` within ``parent``'s deadline, as part of ``parent``.
+    def call(self, step: StepCall) -> Any:
+        """Answer ``step.inputs`` with ``step.model`` within its parent's deadline."""
 
-        ``owner`` is (model, version, step).
-        """
-
-    async def call_async(
-        self,
-        model: str,
-        version: str | None,
-        inputs: Any,
-        *,
-        owner: tuple[str, str, str],
-        parent: CallScope | None,
-    ) -> Any:
+    async def call_async(self, step: StepCall) -> Any:
         """:meth:`call` for an event loop."""
 
     def check_ready(self, model: str, version: str | None, step: str) -> None:

@@ -1,7 +1,7 @@
 """Calls a composed model's steps through the service: each step in its model's own lane.
 
-:class:`LaneCaller` is handed to every model as ``ModelSettings.caller`` before the
-service exists; the worker binds it to the service before any model loads. A step's call
+:class:`LaneCaller` is built from the service it calls through, then handed to every
+model the registry loads as ``ModelSettings.caller``. A step's call
 is an :class:`~servinglib.serving.service.InferenceRequest` of the member model, so its batcher,
 instances, admission checks, metrics and deadline apply; its budget is what remains of the
 composed request's deadline, and a step whose usual duration no longer fits never starts.
@@ -34,7 +34,7 @@ from servinglib.errors import (
     VersionNotFoundError,
 )
 from servinglib.lifecycle.importing import import_object
-from servinglib.model import CallScope
+from servinglib.model import CallScope, StepCall
 from servinglib.serving import tracing
 from servinglib.serving.service import InferenceRequest, InferenceService
 
@@ -55,19 +55,19 @@ class LaneCaller:
 
     Example::
 
-        caller = LaneCaller()
-        registry = ModelRegistry(config, caller=caller)
-        caller.bind(InferenceService(registry))
-        registry.load_all()
+        registry = ModelRegistry(config)
+        caller = LaneCaller(InferenceService(registry))
+        registry.load_all(caller)
     """
 
     def __init__(
         self,
+        service: InferenceService,
         listener: StepListener | None = None,
         threads: int = 8,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._service: InferenceService | None = None
+        self._service = service
         self._listener = listener
         self._clock = clock
         self._threads = threads
@@ -75,62 +75,30 @@ class LaneCaller:
         self._lock = threading.Lock()
         self._usual_s: dict[tuple[str, str, str], float] = {}
 
-    def bind(self, service: InferenceService) -> None:
-        """Call members through ``service`` (once, before models load)."""
-        self._service = service
-
-    def call(
-        self,
-        model: str,
-        version: str | None,
-        inputs: Any,
-        *,
-        owner: tuple[str, str, str],
-        parent: CallScope | None,
-    ) -> Any:
-        """Answer ``inputs`` with ``model`` (``version``) through its lane, as part of ``parent``.
+    def call(self, step: StepCall) -> Any:
+        """Answer ``step.inputs`` with ``step.model`` through its lane, as part of its parent.
 
         Raises:
             DeadlineExceededError: the remaining budget cannot cover the step's usual duration.
             ServinglibError: whatever the member's lane raised.
         """
-        span = _step_span(owner, parent)
-        request = self._request(model, version, inputs, owner, parent, span)
-        with self._timed(owner, span):
-            return self._bound().infer(request, _followups(parent)).output
+        span = _step_span(step)
+        request = self._request(step, span)
+        with self._timed(step.owner, span):
+            return self._service.infer(request, _followups(step.parent)).output
 
-    async def call_async(
-        self,
-        model: str,
-        version: str | None,
-        inputs: Any,
-        *,
-        owner: tuple[str, str, str],
-        parent: CallScope | None,
-    ) -> Any:
+    async def call_async(self, step: StepCall) -> Any:
         """:meth:`call` on an event loop: the step's lane is awaited, never waited for."""
-        span = _step_span(owner, parent)
-        request = self._request(model, version, inputs, owner, parent, span)
-        with self._timed(owner, span):
-            return (await self._bound().infer_async(request, _followups(parent))).output
+        span = _step_span(step)
+        request = self._request(step, span)
+        with self._timed(step.owner, span):
+            return (await self._service.infer_async(request, _followups(step.parent))).output
 
-    def _bound(self) -> InferenceService:
-        if self._service is None:
-            raise RuntimeError("LaneCaller.bind(service) must run before models load")
-        return self._service
-
-    def _request(
-        self,
-        model: str,
-        version: str | None,
-        inputs: Any,
-        owner: tuple[str, str, str],
-        parent: CallScope | None,
-        span: Any = None,
-    ) -> InferenceRequest:
+    def _request(self, step: StepCall, span: Any = None) -> InferenceRequest:
         """The step's request: what remains of the deadline as its timeout, and the parent's
         request id (``<id>.<step>``), priority, routing key and trace (under ``span``, the
         step's own span, when it has one)."""
+        owner, parent = step.owner, step.parent
         timeout_ms = None
         deadline = None if parent is None else parent.deadline
         if deadline is not None:
@@ -147,10 +115,10 @@ class LaneCaller:
         # its thread (or loop) rather than paying two thread hand-offs around it.
         request_id = f"{parent.request_id}.{owner[2]}" if parent and parent.request_id else ""
         return InferenceRequest(
-            model,
-            inputs,
-            version=version,
-            tensors=_are_tensors(inputs),
+            step.model,
+            step.inputs,
+            version=step.version,
+            tensors=_are_tensors(step.inputs),
             request_id=request_id,
             routing_key=None if parent is None else parent.routing_key,
             timeout_ms=timeout_ms,
@@ -163,7 +131,7 @@ class LaneCaller:
     def _serving(self, owner: tuple[str, str, str]) -> bool:
         """Whether the calling version serves traffic (not self-testing or warming up)."""
         try:
-            view = self._bound().catalog.view(owner[0], owner[1])
+            view = self._service.catalog.view(owner[0], owner[1])
         except ServinglibError:
             return True
         return view.ready
@@ -194,8 +162,6 @@ class LaneCaller:
 
     def check_ready(self, model: str, version: str | None, step: str) -> None:
         """Raise ModelLoadError naming ``step`` unless ``model`` (``version``) is READY."""
-        if self._service is None:
-            raise RuntimeError("LaneCaller.bind(service) must run before models load")
         try:
             self._service.catalog.ready(model, version)
         except (ModelNotReadyError, VersionNotFoundError, ModelNotFoundError) as e:
@@ -211,8 +177,6 @@ class LaneCaller:
 
     def import_object(self, ref: str) -> object:
         """Import ``module:name`` the way model classes are imported (custom combiners)."""
-        if self._service is None:
-            raise RuntimeError("LaneCaller.bind(service) must run before models load")
         config = self._service.catalog.config
         return import_object(ref, config.root, config.python_path)
 
@@ -222,8 +186,9 @@ class LaneCaller:
             self._pool.close()
 
 
-def _step_span(owner: tuple[str, str, str], parent: CallScope | None) -> Any:
+def _step_span(step: StepCall) -> Any:
     """The span of one step, under the parent request's (None when that is not traced)."""
+    owner, parent = step.owner, step.parent
     if parent is None or parent.trace is None or tracing.ACTIVE is None:
         return None
     return tracing.ACTIVE.start(

@@ -9,6 +9,7 @@ steps at once, within the request's deadline.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ from servinglib.errors import (
     ModelLoadError,
     ServinglibError,
 )
-from servinglib.model import CALL_SCOPE, CallScope, LoopModel, ModelCaller
+from servinglib.model import CALL_SCOPE, CallScope, LoopModel, ModelCaller, StepCall
 
 __all__ = ["ComposedModel", "StepOutputError"]
 
@@ -112,16 +113,7 @@ class ComposedModel(LoopModel):
         self, steps: list[Step], results: Mapping[str, Any], scope: CallScope | None
     ) -> list[Any]:
         """Await ``steps`` at once: their answers, or the errors they raised."""
-        calls = [
-            self._caller.call_async(
-                step.model,
-                step.version,
-                self._inputs(step, results),
-                owner=(self.settings.name, self.settings.version, step.name),
-                parent=scope,
-            )
-            for step in steps
-        ]
+        calls = [self._caller.call_async(self._step(step, results, scope)) for step in steps]
         return list(await asyncio.gather(*calls, return_exceptions=True))
 
     @staticmethod
@@ -144,16 +136,15 @@ class ComposedModel(LoopModel):
             return results[REQUEST]
         return {name: _read(ref, results, step.name) for name, ref in step.inputs.items()}
 
+    def _step(self, step: Step, results: Mapping[str, Any], scope: CallScope | None) -> StepCall:
+        """The call of ``step`` with its inputs read from ``results``, as part of ``scope``."""
+        owner = (self.settings.name, self.settings.version, step.name)
+        return StepCall(step.model, step.version, self._inputs(step, results), owner, scope)
+
     def _step_call(
         self, step: Step, results: Mapping[str, Any], scope: CallScope | None
     ) -> Callable[[], Any]:
-        inputs = self._inputs(step, results)
-        owner = (self.settings.name, self.settings.version, step.name)
-
-        def call() -> Any:
-            return self._caller.call(step.model, step.version, inputs, owner=owner, parent=scope)
-
-        return call
+        return functools.partial(self._caller.call, self._step(step, results, scope))
 
     def _run(
         self, calls: list[Callable[[], Any]], deadline: float | None, steps: list[Step]

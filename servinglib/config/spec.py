@@ -210,13 +210,6 @@ def _prediction_log(
 def _build(raw: dict[str, Any], source: Path, label: str) -> ServiceConfig:
     root = source.parent
     server = ServerConfig(**raw.get("server", {}))
-    if server.grpc_port and server.worker != "asyncio":
-        raise ConfigError(
-            f"{server.grpc_port} needs server.worker: asyncio (the gRPC server runs on the "
-            f"worker's event loop; worker {server.worker!r} has none); set 0 or asyncio",
-            source=label,
-            key_path="server.grpc_port",
-        )
     python_path = tuple(
         resolve_inside(root, entry, label=label, key_path=f"python_path[{i}]")
         for i, entry in enumerate(raw.get("python_path", []))

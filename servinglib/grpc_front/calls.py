@@ -142,6 +142,7 @@ class InferCalls:
             request_id=request_id,
             routing_key=headers.get(lane.routing_header),
             timeout_ms=self._timeout_ms(headers, remaining_s),
+            lane=lane,
             priority=request_priority(decoded.parameters.get("priority")),
         )
         return call, decoded

@@ -5,7 +5,8 @@ spreads new connections over the workers as it does for HTTP. The server takes m
 to ``server.max_request_body_bytes``, accepts gzip, keeps idle connections alive with HTTP/2
 pings, and serves ``grpc.health.v1.Health`` next to the inference service: its status (for
 the whole server, ``""``, and for ``inference.GRPCInferenceService``) follows the worker's
-readiness, and turns NOT_SERVING when the worker starts draining.
+readiness, and turns NOT_SERVING when the worker starts draining; ``liveness`` follows the
+worker's liveness only (never its models: a Kubernetes ``grpc:`` liveness probe names it).
 
 Example::
 
@@ -32,12 +33,13 @@ from servinglib.grpc_front.servicer import InferenceServicer
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceService
 
-__all__ = ["SERVICE_NAME", "GrpcFrontEnd"]
+__all__ = ["LIVENESS_SERVICE", "SERVICE_NAME", "GrpcFrontEnd"]
 
 log = logging.getLogger("servinglib.grpc")
 
 INFER_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})  # they answer malformed requests
 READINESS_POLL_S = 1.0  # how often the health status is brought up to date
+LIVENESS_SERVICE = "liveness"  # the health service name that follows liveness, not readiness
 
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -73,11 +75,12 @@ class GrpcFrontEnd:
     ) -> None:
         self._config = server
         self._readiness = readiness or service.is_ready
+        self._liveness = liveness or (lambda: True)
         self._servicer = InferenceServicer(
             InferCalls(service, metrics, server),
             metrics,
             self._readiness,
-            liveness or (lambda: True),
+            self._liveness,
             server.compress_min_bytes,
         )
         self._health = health.aio.HealthServicer()
@@ -103,7 +106,7 @@ class GrpcFrontEnd:
         self.port = server.add_insecure_port(f"{host}:{config.grpc_port}")
         await server.start()
         self._server = server
-        await self._set_health(self._readiness())
+        await self._set_health(self._readiness(), self._liveness())
         self._watch = asyncio.ensure_future(self._follow_readiness())
         log.info("gRPC: serving %s on %s:%d", SERVICE_NAME, config.host, self.port)
         return self.port
@@ -116,21 +119,22 @@ class GrpcFrontEnd:
                 await self._watch
         if self._server is None:
             return
-        await self._set_health(ready=False)
+        await self._set_health(ready=False, live=False)
         await self._server.stop(grace_s)
         self._server = None
 
-    async def _set_health(self, ready: bool) -> None:
+    async def _set_health(self, ready: bool, live: bool) -> None:
         status = _SERVING if ready else _NOT_SERVING
         for name in ("", SERVICE_NAME):
             await self._health.set(name, status)
+        await self._health.set(LIVENESS_SERVICE, _SERVING if live else _NOT_SERVING)
 
     async def _follow_readiness(self) -> None:
-        """Keep the health status equal to the worker's readiness."""
-        ready = self._readiness()
+        """Keep the health statuses equal to the worker's readiness and liveness."""
+        state = (self._readiness(), self._liveness())
         while True:
             await asyncio.sleep(READINESS_POLL_S)
-            now = self._readiness()
-            if now != ready:
-                ready = now
-                await self._set_health(ready)
+            now = (self._readiness(), self._liveness())
+            if now != state:
+                state = now
+                await self._set_health(*state)

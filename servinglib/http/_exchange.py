@@ -31,6 +31,7 @@ from servinglib.http.errors import HttpError, describe, too_large
 from servinglib.model import PRECOMPUTED_LOOKUP
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving import tracing
+from servinglib.serving.lanes import Lane
 from servinglib.serving.service import InferenceRequest, InferenceService, Prediction
 from servinglib.wire.content_coding import (
     ContentCodingError,
@@ -126,6 +127,7 @@ class Exchange:
         "_extra",
         "_in_flight",
         "_label",
+        "_lane",
         "_outcome",
         "_path_model",
         "_path_version",
@@ -166,6 +168,7 @@ class Exchange:
         self.waited_s = 0.0
         self._path_model = model
         self._path_version = version
+        self._lane: Lane | None = None  # the lane of the model the request names, once known
         self._label = "_unknown"
         self._context: Any = None
         self._status = 200
@@ -201,7 +204,8 @@ class Exchange:
                 405, "The method is not allowed for the requested URL.", (("Allow", "POST"),)
             )
         if self._path_model is not None:  # Open Inference: the path names the model
-            self._endpoints.service.lane(self._path_model).require_version(self._path_version)
+            self._lane = self._endpoints.service.lane(self._path_model)
+            self._lane.require_version(self._path_version)
             self._label = self._path_model
         check_transfer_coding(self.header("transfer-encoding"))
         content_type = self.header("content-type") or ""
@@ -214,12 +218,19 @@ class Exchange:
         if length > self._endpoints.max_body:
             raise too_large(self._endpoints.max_body)
 
+    def lane(self, model: str) -> Lane | None:
+        """The lane of ``model``, looked up once per request (None for an unknown model)."""
+        if self._lane is None or self._lane.name != model:
+            try:
+                self._lane = self._endpoints.service.lane(model)
+            except ServinglibError:
+                return None
+        return self._lane
+
     def routing_key(self, model: str) -> str | None:
         """The value of ``model``'s routing header (None for an unknown model)."""
-        try:
-            return self.header(self._endpoints.service.lane(model).routing_header)
-        except ServinglibError:
-            return None
+        lane = self.lane(model)
+        return None if lane is None else self.header(lane.routing_header)
 
     def parse(self, raw: bytes) -> InferenceRequest:
         """Decode the body into the service's request.

@@ -16,6 +16,7 @@ from servinglib.config.spec import ServerConfig
 from servinglib.errors import InvalidInputError, NonFiniteOutputError, PredictionError
 from servinglib.http._payload import request_priority
 from servinglib.http.errors import HttpError
+from servinglib.serving.lanes import Lane
 from servinglib.serving.service import InferenceRequest, Prediction
 from servinglib.wire import jsonbytes
 from servinglib.wire.strict_json import parse_json
@@ -45,6 +46,9 @@ class Head(Protocol):
 
     def routing_key(self, model: str) -> str | None:
         """The value of ``model``'s routing header."""
+
+    def lane(self, model: str) -> Lane | None:
+        """The lane of ``model`` (None for an unknown model), looked up once per request."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ class InferProtocol(JsonProtocol):
             tensors=False,
             request_id=head.request_id,
             routing_key=head.routing_key(model),
+            lane=head.lane(model),
             timeout_ms=head.timeout_ms,
             waited_s=head.waited_s,
             trace=head.trace,
@@ -200,6 +205,7 @@ class V2Protocol(JsonProtocol):
             # ``id`` is only echoed in the answer.
             request_id=head.request_id,
             routing_key=head.routing_key(model),
+            lane=head.lane(model),
             timeout_ms=head.timeout_ms,
             waited_s=head.waited_s,
             trace=head.trace,

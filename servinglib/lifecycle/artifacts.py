@@ -19,12 +19,14 @@ import numpy as np
 
 from servinglib.config.spec import ModelConfig
 from servinglib.errors import ModelLoadError, VersionNotFoundError
+from servinglib.lifecycle.load_timeout import LoadFailedError
 
 log = logging.getLogger("servinglib.lifecycle.registry")
 
 __all__ = [
     "NAME_PATTERN",
     "PICKLE_SUFFIXES",
+    "check_artifacts",
     "discover_versions",
     "find_pickles",
     "holds_pickle",
@@ -240,3 +242,24 @@ def discover_versions(model: ModelConfig) -> list[str]:
                 "ignoring directory %s: not a valid version name (%s)", child, NAME_PATTERN.pattern
             )
     return sorted(found, key=version_sort_key)
+
+
+def check_artifacts(model: ModelConfig, version: str, path: Path) -> None:
+    """sha256 pins first, then refuse pickles unless the model allows them."""
+    prefix = f"{version}/"
+    pins = {k.removeprefix(prefix): v for k, v in model.sha256.items() if k.startswith(prefix)}
+    verify_sha256(path, pins)
+    pickles = find_pickles(path)
+    if pickles and not model.allow_pickle:
+        names = ", ".join(str(p.relative_to(path)) for p in pickles)
+        raise LoadFailedError(
+            f"{names} is pickle data, which runs code when loaded; convert it to a safe "
+            "format (ONNX, safetensors, .npz of numeric arrays, JSON) or set "
+            "allow_pickle: true for this model"
+        )
+    if pickles:
+        log.warning(
+            "model %r version %r loads pickle files (allow_pickle: true): trust them fully",
+            model.name,
+            version,
+        )

@@ -29,20 +29,15 @@ from servinglib.errors import (
 )
 from servinglib.lifecycle.artifacts import (
     NAME_PATTERN,
+    check_artifacts,
     discover_versions,
-    find_pickles,
-    verify_sha256,
     version_directory,
     version_sort_key,
 )
 from servinglib.lifecycle.importing import import_model_class
 from servinglib.lifecycle.load_timeout import LoadFailedError as _LoadFailedError
 from servinglib.lifecycle.load_timeout import with_timeout as _with_timeout
-from servinglib.lifecycle.selftest import (
-    compare_outputs,
-    load_test_data,
-    run_selftests,
-)
+from servinglib.lifecycle.selftest import compare_outputs, load_test_data, run_selftests
 from servinglib.lifecycle.tracebacks import user_frame
 from servinglib.lifecycle.versions import (
     LifecycleListener,
@@ -82,12 +77,10 @@ class ModelRegistry:
         self,
         config: ServiceConfig,
         listener: LifecycleListener | None = None,
-        caller: ModelCaller | None = None,
         metrics: Callable[[str, str], ModelMetrics] | None = None,
     ) -> None:
         self._config = config
         self._listener = listener
-        self._caller = caller
         self._metrics = metrics  # (model, version) -> the version's own metrics
         self._lock = threading.Lock()
         self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
@@ -146,11 +139,13 @@ class ModelRegistry:
         except KeyError:
             raise VersionNotFoundError(model, version, list(self._versions[model])) from None
 
-    def add_version(self, model: str, version: str) -> VersionRecord:
+    def add_version(
+        self, model: str, version: str, caller: ModelCaller | None = None
+    ) -> VersionRecord:
         """Discover and load a version that was not loaded at start (admin ``load``).
 
         Loading runs in the calling thread; the default version keeps serving meanwhile and
-        is untouched whatever the outcome.
+        is untouched whatever the outcome (``caller``: see :meth:`load_version`).
         """
         config = self.model_config(model)
         path = version_directory(config.repository, model, version)
@@ -166,7 +161,7 @@ class ModelRegistry:
             self._versions[model] = dict(
                 sorted(versions.items(), key=lambda kv: version_sort_key(kv[0]))
             )
-        return self.load_version(config, record)
+        return self.load_version(config, record, caller)
 
     def set_default(self, model: str, version: str) -> None:
         """Point unversioned requests at ``version`` (admin ``promote``/``rollback``).
@@ -217,11 +212,11 @@ class ModelRegistry:
                 return False
         return True
 
-    def load_all(self) -> None:
+    def load_all(self, caller: ModelCaller | None = None) -> None:
         """Load every discovered version of every model; failures only mark that version.
 
         Composed models load last, each after the models it calls, so their self-tests run
-        through members that are already READY.
+        through members that are already READY (``caller``: see :meth:`load_version`).
         """
         for model in load_order(list(self._models.values())):
             if model.default_version not in self._versions[model.name]:
@@ -232,17 +227,20 @@ class ModelRegistry:
                     model.repository,
                 )
             for record in self._versions[model.name].values():
-                self.load_version(model, record)
+                self.load_version(model, record, caller)
 
-    def load_version(self, model: ModelConfig, record: VersionRecord) -> VersionRecord:
-        """Drive one version through its lifecycle to READY or FAILED."""
+    def load_version(
+        self, model: ModelConfig, record: VersionRecord, caller: ModelCaller | None = None
+    ) -> VersionRecord:
+        """Drive one version through its lifecycle to READY or FAILED; ``caller`` is what
+        it calls other models with (``ModelSettings.caller``: composed models need one)."""
         self._set_state(record, VersionState.DISCOVERED)
         try:
             self._set_state(record, VersionState.LOADING)
-            self._check_artifacts(model, record)
+            check_artifacts(model, record.version, record.path)
             abandoned = threading.Event()
             copies = _with_timeout(
-                lambda: self._load_and_test(model, record, abandoned),
+                lambda: self._load_and_test(model, record, abandoned, caller),
                 model.load_timeout_s,
                 f"loading and self-testing took longer than "
                 f"load_timeout_s={model.load_timeout_s:g}",
@@ -284,9 +282,13 @@ class ModelRegistry:
         return record
 
     def _load_and_test(
-        self, model: ModelConfig, record: VersionRecord, abandoned: threading.Event
+        self,
+        model: ModelConfig,
+        record: VersionRecord,
+        abandoned: threading.Event,
+        caller: ModelCaller | None,
     ) -> list[Model]:
-        instance = self._load_instance(model, record)
+        instance = self._load_instance(model, record, caller)
         if not abandoned.is_set():  # a load that timed out must not move the FAILED state
             self._set_state(record, VersionState.SELF_TEST)
         cases = self._self_test(model, record, instance)
@@ -295,33 +297,14 @@ class ModelRegistry:
         self._warm_up(record, instance, cases)
         copies = [instance]
         for _ in range((model.instances or 1) - 1):  # Triton's instance_group count
-            copy = self._load_instance(model, record)
+            copy = self._load_instance(model, record, caller)
             self._warm_up(record, copy, cases)
             copies.append(copy)
         return copies
 
-    @staticmethod
-    def _check_artifacts(model: ModelConfig, record: VersionRecord) -> None:
-        """sha256 pins first, then refuse pickles unless the model allows them."""
-        prefix = f"{record.version}/"
-        pins = {k.removeprefix(prefix): v for k, v in model.sha256.items() if k.startswith(prefix)}
-        verify_sha256(record.path, pins)
-        pickles = find_pickles(record.path)
-        if pickles and not model.allow_pickle:
-            names = ", ".join(str(p.relative_to(record.path)) for p in pickles)
-            raise _LoadFailedError(
-                f"{names} is pickle data, which runs code when loaded; convert it to a safe "
-                "format (ONNX, safetensors, .npz of numeric arrays, JSON) or set "
-                "allow_pickle: true for this model"
-            )
-        if pickles:
-            log.warning(
-                "model %r version %r loads pickle files (allow_pickle: true): trust them fully",
-                record.model,
-                record.version,
-            )
-
-    def _load_instance(self, model: ModelConfig, record: VersionRecord) -> Model:
+    def _load_instance(
+        self, model: ModelConfig, record: VersionRecord, caller: ModelCaller | None
+    ) -> Model:
         cls = import_model_class(model.class_ref, self._config.root, self._config.python_path)
         started = time.perf_counter()
         instance = cls()
@@ -333,7 +316,7 @@ class ModelRegistry:
                 runtime_options=model.runtime_options,
                 inputs=model.inputs,
                 outputs=model.outputs,
-                caller=self._caller,
+                caller=caller,
                 composition=model.composition,
                 metrics=self._metrics and self._metrics(model.name, record.version),
             )

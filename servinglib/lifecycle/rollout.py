@@ -28,6 +28,7 @@ from typing import Any
 
 from servinglib.errors import ServinglibError
 from servinglib.lifecycle.registry import ModelRegistry, VersionState
+from servinglib.model import ModelCaller
 
 __all__ = [
     "DESIRED_FILE",
@@ -153,11 +154,13 @@ def apply_desired_state(
     state: DesiredState,
     attempted: dict[tuple[str, str], int] | None = None,
     on_unload: Callable[[str, str], None] | None = None,
+    caller: ModelCaller | None = None,
 ) -> list[str]:
     """Make ``registry`` match ``state``; returns what could not be done (yet).
 
     The default moves first, so a rollback never waits behind loads. A version is loaded
     once per load request: a FAILED one is retried only when it is asked for again.
+    ``caller``: what the versions it loads call other models with.
     """
     attempted = {} if attempted is None else attempted
     notes: list[str] = []
@@ -186,7 +189,7 @@ def apply_desired_state(
                 continue
             attempted[(model, version)] = requested
             try:
-                registry.add_version(model, version)
+                registry.add_version(model, version, caller)
             except ServinglibError as e:
                 notes.append(f"{model} {version}: {e}")
         if not moved:
@@ -263,9 +266,11 @@ class RolloutWatcher:
         directory: Path,
         interval_s: float = 0.2,
         on_unload: Callable[[str, str], None] | None = None,
+        caller: ModelCaller | None = None,
     ) -> None:
         self._registry = registry
         self._on_unload = on_unload
+        self._caller = caller
         self._attempted: dict[tuple[str, str], int] = {}
         self._directory = directory
         self._interval_s = interval_s
@@ -281,7 +286,9 @@ class RolloutWatcher:
             log.error("cannot read the desired rollout state in %s: %s", self._directory, e)
             return
         if state.revision != self._applied:
-            notes = apply_desired_state(self._registry, state, self._attempted, self._on_unload)
+            notes = apply_desired_state(
+                self._registry, state, self._attempted, self._on_unload, self._caller
+            )
             for note in notes:
                 log.warning("rollout revision %d: %s", state.revision, note)
             self._applied = state.revision

@@ -84,6 +84,7 @@ def run_distill(args: argparse.Namespace) -> int:
         args.out,
         output_names=list(args.output_names),
         dynamic_axes=dynamic_axes(args.dynamic_axis),
+        allow_trace_warnings=args.allow_trace_warnings,
     )
     report = {
         "kind": "distill",

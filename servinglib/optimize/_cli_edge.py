@@ -11,7 +11,7 @@ from typing import Any
 
 from servinglib.optimize._cli_types import int_at_least, non_negative
 
-__all__ = ["add_edge_parser", "run_edge"]
+__all__ = ["PROFILE_NAMES", "add_edge_parser", "report_edge", "run_edge"]
 
 PROFILE_NAMES = ("rpi5", "rpi4")  # servinglib.optimize.edge.PROFILES (not imported: numpy)
 
@@ -48,6 +48,13 @@ def run_edge(args: argparse.Namespace) -> int:
         profile = replace(profile, max_p50_ms=args.max_latency_ms)
     valid, _ = load_arrays(args.validation, "--validation")
     outcome = edge_target(args.sources, profile, args.out, valid, iterations=args.iterations)
+    return report_edge(outcome)
+
+
+def report_edge(outcome: Any) -> int:
+    """Print an :class:`~servinglib.optimize.edge.EdgeOutcome`, write the bundle's
+    ``edge-report.json``; 0 when a candidate fits the profile, else 1."""
+    profile = outcome.profile
     print(
         f"profile {profile.name}: ≤ {profile.max_size_mb:g} MB, p50 ≤ {profile.max_p50_ms:g} ms "
         f"on the device; emulated here on 1 CPU, {profile.memory_mb} MB, 1 thread, p50 x "
@@ -65,7 +72,7 @@ def run_edge(args: argparse.Namespace) -> int:
             {**asdict(c), "source": str(c.source), "ort_path": c.ort_path.name}
             for c in outcome.candidates
         ],
-        "chosen": outcome.chosen.source.name,
+        "chosen": str(outcome.chosen.source),
     }
     (outcome.bundle / "edge-report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote the bundle {outcome.bundle}: {outcome.chosen.source.name} as model.ort")

@@ -33,14 +33,21 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME:AXIS:LABEL",
         help="another dynamic axis of the export, e.g. input_ids:1:sequence",
     )
+    parser.add_argument(
+        "--allow-trace-warnings",
+        action="store_true",
+        help="accept an export whose trace warnings say a branch was fixed at trace time "
+        "(e.g. transformers' attention-mask checks)",
+    )
 
 
 def add_prune_parser(steps: Any) -> None:
     """Add ``prune`` to the ``optimize`` sub-commands."""
     prune = steps.add_parser(
         "prune",
-        help="structured pruning (channels/neurons), fine-tuned, exported, measured",
-        description="Remove whole channels and neurons at each ratio (iterative prune → "
+        help="structured pruning (channels/neurons or attention heads), fine-tuned, measured",
+        description="Remove whole channels and neurons (or attention heads of a BERT-style "
+        "transformer, --structure heads) at each ratio (iterative prune → "
         "fine-tune), export each to ONNX, judge it against the unpruned model and time them "
         "interleaved; write the smallest within every budget. Exit 1 when none is.",
     )
@@ -53,6 +60,13 @@ def add_prune_parser(steps: Any) -> None:
     )
     prune.add_argument("--ratios", type=_ratios, default=(0.25, 0.5, 0.75), help="shares")
     prune.add_argument("--importance", choices=["magnitude", "taylor"], default="magnitude")
+    prune.add_argument(
+        "--structure",
+        choices=["channels", "heads"],
+        default="channels",
+        help="what is removed: channels and neurons, or whole attention heads (BERT-style "
+        "query/key/value attention; hidden size kept) (default: %(default)s)",
+    )
     prune.add_argument("--epochs", type=int_at_least(0), default=3, help="fine-tune epochs")
     prune.add_argument("--lr", type=non_negative, default=1e-3, help="fine-tune learning rate")
     prune.add_argument("--keep", type=names, default=(), help="module names never pruned")
@@ -112,6 +126,7 @@ def run_prune(args: argparse.Namespace) -> int:
     settings = PruneSettings(
         ratios=args.ratios,
         importance=args.importance,
+        structure=args.structure,
         epochs=args.epochs,
         lr=args.lr,
         keep=args.keep,
@@ -121,6 +136,7 @@ def run_prune(args: argparse.Namespace) -> int:
         metric=args.metric,
         output_names=args.output_names,
         dynamic_axes=dynamic_axes(args.dynamic_axis),
+        allow_trace_warnings=args.allow_trace_warnings,
         measure=MeasureSettings(
             repeats=args.repeats, iterations=args.iterations, batch_size=args.batch_size
         ),
@@ -135,7 +151,8 @@ def run_prune(args: argparse.Namespace) -> int:
         print(f"  {candidate.describe()}; {claim}")
     print(f"report: {report}, {figure}")
     if outcome.chosen is not None:
-        print(f"wrote {outcome.model}: {outcome.chosen.ratio:.0%} of channels removed")
+        removed = f"{outcome.chosen.ratio:.0%} of {settings.structure} removed"
+        print(f"wrote {outcome.model}: {removed}")
         return 0
     for failure in outcome.failures:
         print(f"FAILED: {failure}" if failure.startswith("no") else failure, file=sys.stderr)

@@ -79,8 +79,12 @@ def measure_candidates(
     reference: np.ndarray,
     metric: str,
     settings: MeasureSettings,
+    technique: str = "pruned",
 ) -> list[Candidate]:
-    """Score each candidate, then time all of them interleaved with the original (first)."""
+    """Score each candidate, then time all of them interleaved with the original (first).
+
+    ``technique`` names the candidates in the speed claims' reasons.
+    """
     scored = []
     for candidate in found:
         result = evaluate(
@@ -108,13 +112,16 @@ def measure_candidates(
                 candidate,
                 latency=lat,
                 throughput=thr,
-                p50_claim=speed_claim("p50", base_latency.rounds_p50_ms, lat.rounds_p50_ms)
+                p50_claim=speed_claim(
+                    "p50", base_latency.rounds_p50_ms, lat.rounds_p50_ms, technique=technique
+                )
                 if i
                 else None,
                 throughput_claim=speed_claim(
                     f"throughput (batch {thr.batch_size})",
                     [1 / v for v in base_throughput.rounds_samples_per_s],
                     [1 / v for v in thr.rounds_samples_per_s],
+                    technique=technique,
                 )
                 if i
                 else None,

@@ -6,6 +6,7 @@ Sub-commands, each usable alone (and ``prune``, ``distill``, ``edge``: see their
     servinglib optimize graph    model.onnx --level basic --out model.basic.onnx
     servinglib optimize quantize model.onnx --method static --calibration calib.npz --out q.onnx
     servinglib optimize run      model.onnx --validation valid.npz --out int8/model.onnx
+    servinglib optimize run      model.onnx --validation valid.npz --target edge --profile rpi5
 
 ``run`` does it all (graph optimization, quantization or the accuracy-aware search,
 measurement, report, budgets) and exits 1 when a budget is exceeded or no candidate fits,
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import ServinglibError
+from servinglib.optimize import _cli_run_edge as edge_target
 from servinglib.optimize._cli_compress import COMMANDS, add_compress_parsers, run_compress
 from servinglib.optimize._cli_output import print_outcome, print_verified
 from servinglib.optimize._cli_prune import dynamic_axes
@@ -199,6 +201,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="mixed batch size (default: 8)",
     )
     add_measure_options(run_parser)
+    edge_target.add_target_options(run_parser)
     run_parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_compress_parsers(steps)
     return parser
@@ -345,6 +348,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     )
     destination = args.out or args.source.with_name(args.source.stem + ".int8.onnx")
+    bundle = edge_target.edge_bundle_path(args, destination)
     settings = OptimizeSettings(
         method="auto" if args.method == "auto" else _quantize_options(args),
         metric=args.metric,
@@ -377,6 +381,8 @@ def _run(args: argparse.Namespace) -> int:
     print_outcome(outcome)
     for failure in outcome.failures:
         print(f"FAILED: {failure}", file=sys.stderr)
+    if bundle is not None and outcome.passed:
+        return edge_target.finish_edge_target(args, bundle, outcome)
     return EXIT_OK if outcome.passed else EXIT_FAILED
 
 

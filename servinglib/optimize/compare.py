@@ -152,9 +152,17 @@ class SpeedClaim:
 
 
 def speed_claim(
-    figure: str, fp32_times: Sequence[float], int8_times: Sequence[float]
+    figure: str,
+    fp32_times: Sequence[float],
+    int8_times: Sequence[float],
+    *,
+    technique: str = "INT8",
 ) -> SpeedClaim:
-    """What may be said of INT8 against FP32 from paired round times (ms, or s per sample)."""
+    """What may be said of the optimized model against the original from paired round times.
+
+    ``fp32_times`` are the original's, ``int8_times`` the optimized model's (ms, or s per
+    sample); ``technique`` names the optimized model in the reason (``INT8``, ``pruned``).
+    """
     verdict = compare_rounds(int8_times, fp32_times)
     rounds = verdict.rounds
     ratios = [f / i for f, i in zip(fp32_times[:rounds], int8_times[:rounds], strict=True) if i > 0]
@@ -174,6 +182,7 @@ def speed_claim(
         why = f"less than {MIN_EFFECT:.0%} apart"
     else:
         why = (
-            f"INT8 faster in {verdict.wins} of {rounds} rounds, {verdict.needed} needed either way"
+            f"{technique} faster in {verdict.wins} of {rounds} rounds, "
+            f"{verdict.needed} needed either way"
         )
     return SpeedClaim(figure, ratio, low, high, rounds, said, why)

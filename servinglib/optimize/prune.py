@@ -1,4 +1,4 @@
-"""Structured pruning: whole channels and neurons removed, fine-tuned, exported and measured.
+"""Structured pruning: whole channels, neurons or attention heads removed, fine-tuned, measured.
 
 ``torch-pruning``'s dependency graph removes the lowest-importance output channels of each
 convolution and neurons of each linear layer together with every weight that depends on
@@ -6,16 +6,18 @@ them (the next layer's inputs, batch norms, residual partners), so the result is
 smaller module that ONNX Runtime runs faster; zeroed weights (unstructured sparsity) would
 not be. Importance is ``magnitude`` (L2 norm of each channel's weights) or ``taylor``
 (|weight x gradient| on the user's training data: labels, or the original's predictions).
+With ``structure="heads"`` whole attention heads of BERT-style transformers are removed
+instead (:mod:`.heads`), the hidden size and feed-forward layers left whole.
 
 The ratios are visited in increasing order, each from the previous fine-tuned result
-(iterative prune → fine-tune): a channel share of ``ratio`` of the original is removed from
-every layer but the output layer, then the module is fine-tuned on the training data (labels
-with ``ce``, otherwise the original model as teacher). Each candidate is exported to ONNX,
-judged on the validation data against the unpruned ONNX model with the metric rules of
-``optimize run`` (``accuracy`` with labels, else ``top1`` agreement or ``cosine``), and all of
-them are timed interleaved with the unpruned model. The chosen point is the smallest
-candidate within every budget; when none is, nothing is written and every candidate is
-listed with its figures.
+(iterative prune → fine-tune): a share ``ratio`` of the original's channels (or heads) is
+removed from every layer but the output layer, then the module is fine-tuned on the training
+data (labels with ``ce``, otherwise the original model as teacher). Each candidate is
+exported to ONNX, judged on the validation data against the unpruned ONNX model with the
+metric rules of ``optimize run`` (``accuracy`` with labels, else ``top1`` agreement or
+``cosine``), and all of them are timed interleaved with the unpruned model. The chosen point
+is the smallest candidate within every budget; when none is, nothing is written and every
+candidate is listed with its figures.
 
 Example::
 
@@ -47,10 +49,12 @@ from servinglib.optimize.candidates import (
 )
 from servinglib.optimize.errors import OptimizeError
 from servinglib.optimize.export import export_module
+from servinglib.optimize.heads import attention_blocks, prune_heads
 from servinglib.optimize.measure import MeasureSettings
 
 __all__ = [
     "IMPORTANCES",
+    "STRUCTURES",
     "PruneData",
     "PruneOutcome",
     "PruneSettings",
@@ -59,6 +63,7 @@ __all__ = [
 ]
 
 IMPORTANCES = ("magnitude", "taylor")
+STRUCTURES = ("channels", "heads")
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ class PruneSettings:
     """What to prune, how to fine-tune, the budgets, and how to measure.
 
     Attributes:
-        ratios: shares of each layer's channels to remove, each from 0 to 0.95.
+        ratios: shares of each layer's channels (or heads) to remove, each from 0 to 0.95.
+        structure: ``channels`` (channels and neurons) or ``heads`` (attention heads).
         importance: ``magnitude`` or ``taylor``.
         epochs: fine-tuning epochs after each pruning step (0: none).
         keep: module names never pruned (the output layer is always kept).
@@ -87,6 +93,7 @@ class PruneSettings:
 
     ratios: tuple[float, ...] = (0.25, 0.5, 0.75)
     importance: str = "magnitude"
+    structure: str = "channels"
     epochs: int = 3
     lr: float = 1e-3
     batch_size: int = 64
@@ -98,6 +105,7 @@ class PruneSettings:
     metric: str = "auto"
     output_names: tuple[str, ...] = ("output",)
     dynamic_axes: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
+    allow_trace_warnings: bool = False
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     seed: int = 0
     progress: bool = True
@@ -127,6 +135,8 @@ def _check(settings: PruneSettings, data: PruneData) -> None:
         raise OptimizeError(
             f"importance {settings.importance!r}: use one of {', '.join(IMPORTANCES)}"
         )
+    if settings.structure not in STRUCTURES:
+        raise OptimizeError(f"structure {settings.structure!r}: use one of {', '.join(STRUCTURES)}")
     if settings.metric not in ("auto", "accuracy", "top1", "cosine"):
         raise OptimizeError(f"metric {settings.metric!r}: use auto, accuracy, top1 or cosine")
     if settings.metric == "accuracy" and data.valid_labels is None:
@@ -180,7 +190,6 @@ def prune_channels(
     ``train`` samples against ``labels`` (or the module's own predictions).
     """
     tp = require("torch_pruning", "structured pruning (pip install 'servinglib[prune]')")
-    torch = require("torch", "pruning a PyTorch model")
     if importance == "taylor":
         scorer = tp.importance.GroupTaylorImportance()
     else:
@@ -193,15 +202,47 @@ def prune_channels(
         ignored_layers=_ignored(module, keep),
     )
     if importance == "taylor":
-        rows = slice(0, min(len(train[0]), 256))
-        module.zero_grad()
-        logits = first_output(module(*tensors(train, rows)))
-        if labels is not None:
-            targets = torch.from_numpy(labels[rows].astype(np.int64))
-        else:
-            targets = logits.detach().argmax(dim=-1)  # the original's own predictions
-        torch.nn.functional.cross_entropy(logits, targets).backward()
+        _gradients(module, train, labels)
     pruner.step()
+    module.zero_grad()
+
+
+def _gradients(module: Any, train: Sequence[np.ndarray], labels: np.ndarray | None) -> None:
+    """Leave on the weights the gradient of the cross-entropy on up to 256 samples."""
+    torch = require("torch", "pruning a PyTorch model")
+    rows = slice(0, min(len(train[0]), 256))
+    module.zero_grad()
+    logits = first_output(module(*tensors(train, rows)))
+    if labels is not None:
+        targets = torch.from_numpy(labels[rows].astype(np.int64))
+    else:
+        targets = logits.detach().argmax(dim=-1)  # the original's own predictions
+    torch.nn.functional.cross_entropy(logits, targets).backward()
+
+
+def _prune_step(
+    module: Any,
+    example: tuple[Any, ...],
+    share: float,
+    settings: PruneSettings,
+    data: PruneData,
+) -> None:
+    """One pruning step of ``settings.structure``, in place."""
+    train = list(data.train.values())
+    if settings.structure == "channels":
+        prune_channels(
+            module,
+            example,
+            share,
+            importance=settings.importance,
+            keep=settings.keep,
+            train=train,
+            labels=data.train_labels,
+        )
+        return
+    if settings.importance == "taylor":
+        _gradients(module, train, data.train_labels)
+    prune_heads(module, share, importance=settings.importance)
     module.zero_grad()
 
 
@@ -226,6 +267,8 @@ def prune_model(
     torch.manual_seed(settings.seed)
     teacher = copy.deepcopy(module).eval()
     student = copy.deepcopy(module).eval()
+    if settings.structure == "heads":
+        attention_blocks(student)  # fails now, before any export, when there are none
     train = list(data.train.values())
     example = tuple(tensors(list(data.valid.values()), slice(0, 1)))
     sample = {name: array[:2] for name, array in data.valid.items()}
@@ -246,15 +289,7 @@ def prune_model(
             done = 0.0
             for ratio in ratios:
                 share = 1 - (1 - ratio) / (1 - done)  # of what the previous step left
-                prune_channels(
-                    student,
-                    example,
-                    share,
-                    importance=settings.importance,
-                    keep=settings.keep,
-                    train=train,
-                    labels=data.train_labels,
-                )
+                _prune_step(student, example, share, settings, data)
                 done = ratio
                 fit(
                     student,
@@ -272,7 +307,7 @@ def prune_model(
                 _export(student, sample, path, settings)
                 macs, params = tp.utils.count_ops_and_params(student, example)
                 found.append(Candidate(ratio, path, int(params), int(macs), model_size_mb(path)))
-                progress.step(f"pruned {ratio:.0%}, fine-tuned, exported")
+                progress.step(f"pruned {ratio:.0%} of {settings.structure}, fine-tuned, exported")
             scored = measure_candidates(
                 found, data.valid, data.valid_labels, reference, metric, settings.measure
             )
@@ -299,5 +334,10 @@ def prune_model(
 
 def _export(module: Any, sample: Mapping[str, np.ndarray], path: Path, s: PruneSettings) -> None:
     export_module(
-        module, dict(sample), path, output_names=list(s.output_names), dynamic_axes=s.dynamic_axes
+        module,
+        dict(sample),
+        path,
+        output_names=list(s.output_names),
+        dynamic_axes=s.dynamic_axes,
+        allow_trace_warnings=s.allow_trace_warnings,
     )

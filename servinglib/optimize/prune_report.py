@@ -54,6 +54,7 @@ def prune_document(outcome: PruneOutcome, settings: PruneSettings) -> dict[str, 
         "settings": {
             "ratios": list(settings.ratios),
             "importance": settings.importance,
+            "structure": settings.structure,
             "epochs": settings.epochs,
             "lr": settings.lr,
             "max_loss": settings.max_loss,
@@ -106,7 +107,7 @@ def _render(document: dict[str, Any], path: Path) -> None:
             at = [r["ratio"] for r in rows].index(chosen)
             ax.plot([ratios[at]], [values[at]], marker="o", markersize=14, fillstyle="none")
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("channels removed (%)")
+        ax.set_xlabel(f"{document['settings']['structure']} removed (%)")
     verdict = f"chosen: {chosen:.0%}" if chosen is not None else "no ratio meets the budgets"
     figure.suptitle(f"structured pruning ({verdict})", fontsize=11)
     figure.tight_layout()

@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from servinglib.errors import InvalidInputError, ModelLoadError
-from servinglib.model import CALL_SCOPE, PRECOMPUTED_LOOKUP, Model, ModelCaller, TensorSpec
+from servinglib.model import (
+    CALL_SCOPE,
+    PRECOMPUTED_LOOKUP,
+    Model,
+    ModelCaller,
+    StepCall,
+    TensorSpec,
+)
 from servinglib.runtimes._lookup import LookupTable, request_key
 
 __all__ = ["FALLBACK_STEP", "PrecomputedModel"]
@@ -149,7 +156,7 @@ class PrecomputedModel(Model):
         owner = (self.settings.name, self.settings.version, FALLBACK_STEP)
 
         def call(index: int) -> Any:
-            return caller.call(model, version, looked[index].value, owner=owner, parent=scope)
+            return caller.call(StepCall(model, version, looked[index].value, owner, scope))
 
         futures = [caller.submit(lambda i=i: call(i)) for i in missed[1:]]  # type: ignore[misc]
         answers[missed[0]] = call(missed[0])

@@ -18,6 +18,9 @@ gunicorn answers what it refuses itself (a malformed request line or header, a t
 coding it does not know, a bad chunk) with an HTML page; this worker's ``handle_error``
 sends the same status with a JSON ``{"error": ...}`` body instead, like every other answer
 of servinglib (:mod:`servinglib.serve.refusals`).
+
+With ``server.grpc_port`` set, each worker also serves gRPC on an event loop in a thread of
+its own (:mod:`servinglib.grpc_front.thread`), drained with HTTP on SIGTERM.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class LingeringThreadWorker(GuardedThreadWorker):
     """gthread, serving back-to-back requests of one connection on the same thread."""
 
     serving: Worker | None = None  # this process's worker, once built
+    grpc: Any = None  # a GrpcThread (servinglib.grpc_front.thread), when server.grpc_port is set
 
     def load_wsgi(self) -> None:
         """Load every model (the worker), then build the WSGI app around it."""
@@ -57,6 +61,36 @@ class LingeringThreadWorker(GuardedThreadWorker):
         self.admission.deadlines_s = {m.name: m.deadline_ms / 1000 for m in serving.config.models}
         app = create_app(serving.service, serving.metrics, server, liveness=serving.is_live)
         self.wsgi = self.with_queue_wait(app)
+        if server.grpc_port:  # imported only here, after fork: grpc must not start in the master
+            from servinglib.grpc_front.server import GrpcFrontEnd
+            from servinglib.grpc_front.thread import GrpcThread
+
+            front = GrpcFrontEnd(serving.service, serving.metrics, server, liveness=serving.is_live)
+            self.grpc = GrpcThread(front)
+
+    def run(self) -> None:
+        """gthread's loop, with the gRPC server on a thread beside it (when configured).
+
+        The gRPC drain starts with the HTTP one (:meth:`handle_exit`); the worker's exit
+        hooks (prediction log flush) run only once both are done.
+        """
+        if self.grpc is not None:
+            self.grpc.start()
+        try:
+            super().run()
+        finally:
+            if self.grpc is not None:
+                self.grpc.begin_stop(self._grpc_grace_s())
+                self.grpc.join(self._grpc_grace_s() + 1.0)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: gthread's graceful stop, and the gRPC server's at the same time."""
+        super().handle_exit(sig, frame)
+        if self.grpc is not None:
+            self.grpc.begin_stop(self._grpc_grace_s())
+
+    def _grpc_grace_s(self) -> float:
+        return max(1.0, float(self.cfg.graceful_timeout) - 2.0)  # then the exit hooks
 
     def shed_before_thread(self, model: str, path: str) -> None:
         """Count and log the refusal like any other shed request (outcome ``shed``)."""

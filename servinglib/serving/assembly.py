@@ -32,6 +32,7 @@ from servinglib.lifecycle.registry import (
 )
 from servinglib.lifecycle.rollout import RolloutWatcher, read_sync_status
 from servinglib.lifecycle.store import require_synced
+from servinglib.model import ModelCaller
 from servinglib.model_metrics import ModelMetrics
 from servinglib.monitoring.drift import DriftMonitor
 from servinglib.monitoring.log_fanout import open_logs
@@ -73,12 +74,14 @@ class Purpose(enum.Enum):
 
 @dataclass(frozen=True)
 class LoadedService:
-    """A service with its versions loaded; ``close`` stops its lanes and step threads."""
+    """A service with its versions loaded; ``close`` stops its lanes and step threads;
+    ``caller`` is what its versions (and those loaded later) call other models with."""
 
     config: ServiceConfig
     service: InferenceService
     registry: ModelRegistry
     close: Callable[[], None]
+    caller: ModelCaller | None = None
 
     def records(self) -> list[VersionRecord]:
         """Every version of every model, loaded or not, in the config's order."""
@@ -142,8 +145,7 @@ def load_service(
     """
     if purpose is not Purpose.SERVE:  # a worker reads the cache its master filled
         require_synced(config)
-    caller = LaneCaller(listener=listener, threads=config.server.threads)
-    registry = ModelRegistry(config, listener=listener, caller=caller, metrics=model_metrics)
+    registry = ModelRegistry(config, listener=listener, metrics=model_metrics)
     seen = observe(registry) if observe is not None else Observers()
     service = InferenceService(
         registry,
@@ -153,23 +155,24 @@ def load_service(
         batch_listener=listener,
         drift=seen.drift,
     )
-    caller.bind(service)  # composed models call their steps through the service's lanes
+    # composed models call their steps through the service's lanes
+    caller = LaneCaller(service, listener=listener, threads=config.server.threads)
     if purpose is Purpose.SCORE:
         if model is None:
             raise ValueError("Purpose.SCORE loads one model: pass model=")
         record = registry.record(model, version)  # refuses an unknown model or version
         for member in called_models(config.models, model):
             for member_record in registry.records(member.name):
-                registry.load_version(member, member_record)
-        registry.load_version(registry.model_config(model), record)
+                registry.load_version(member, member_record, caller)
+        registry.load_version(registry.model_config(model), record, caller)
     else:
-        registry.load_all()
+        registry.load_all(caller)
 
     def close() -> None:
         service.close()
         caller.close()
 
-    return LoadedService(config, service, registry, close)
+    return LoadedService(config, service, registry, close, caller)
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,9 @@ def build_worker(
         registry.store_status = lambda: read_sync_status(directory)
         metrics.add_collector(ModelSyncCollector(registry.store_status))
     if rollout_dir is not None:  # admin API enabled: converge to the operator's state first
-        watcher = RolloutWatcher(registry, rollout_dir, on_unload=service.release)
+        watcher = RolloutWatcher(
+            registry, rollout_dir, on_unload=service.release, caller=loaded.caller
+        )
         watcher.sync()
         watcher.start()
     watchdog = Watchdog(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from servinglib.serving.lanes import RejectionListener
+from servinglib.serving.lanes import Lane, RejectionListener
+from servinglib.shadow.copies import ShadowCopy
 
 __all__ = [
     "DriftObserver",
@@ -41,6 +42,8 @@ class InferenceRequest:
             against the deadline.
         trace: the OpenTelemetry context of the request's span (None when tracing is off
             or the request is not sampled): see :mod:`servinglib.serving.tracing`.
+        lane: the model's lane, when the front end looked it up already (its routing
+            header, a version in the path): the service looks it up only when None.
     """
 
     model: str
@@ -55,6 +58,7 @@ class InferenceRequest:
     observed: bool = True
     waited_s: float = 0.0
     trace: Any = None
+    lane: Lane | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -91,14 +95,5 @@ class ShadowSubmitter(Protocol):
 
     enabled: bool
 
-    def submit(
-        self,
-        model: str,
-        primary: str,
-        features: Any,
-        output: Any,
-        request_id: str,
-        log_answer: bool = True,
-        trace: Any = None,
-    ) -> None:
+    def submit(self, copy: ShadowCopy) -> None:
         """Copy an answered request to the model's shadows (never blocks)."""

@@ -36,6 +36,7 @@ from servinglib.serving.requests import (
     ServiceListener,
     ShadowSubmitter,
 )
+from servinglib.shadow.copies import ShadowCopy
 from servinglib.wire.batch_rows import split_rows, splits_rows, stack_rows
 
 __all__ = [
@@ -110,10 +111,11 @@ class InferenceService:
             DeadlineExceededError: no answer within the deadline.
             PredictionError: the model raised; details are logged under its error id.
         """
-        rows = self._rows(request)
+        lane = self.lane(request.model) if request.lane is None else request.lane
+        rows = self._rows(request, lane)
         if rows is not None:
             return self._stacked(request, [self.infer(row, after_response) for row in rows])
-        call = self._admit(request)
+        call = self._admit(request, lane)
         with call.model_errors():
             done, value = self._start(call, request, blocking=True, followups=after_response)
             if not done:
@@ -135,11 +137,12 @@ class InferenceService:
         (:meth:`Lane.quick`); a composed model awaits its steps on the loop
         (a :class:`~servinglib.model.LoopModel`). Same errors as :meth:`infer`.
         """
-        rows = self._rows(request)
+        lane = self.lane(request.model) if request.lane is None else request.lane
+        rows = self._rows(request, lane)
         if rows is not None:
             answers = await asyncio.gather(*(self.infer_async(r, after_response) for r in rows))
             return self._stacked(request, list(answers))
-        call = self._admit(request)
+        call = self._admit(request, lane)
         with call.model_errors():
             instance = call.ready.instance
             if isinstance(instance, LoopModel):
@@ -181,7 +184,7 @@ class InferenceService:
             future.cancel()
             raise call.late() from None
 
-    def _rows(self, request: InferenceRequest) -> list[InferenceRequest] | None:
+    def _rows(self, request: InferenceRequest, lane: Lane) -> list[InferenceRequest] | None:
         """A tensor request's rows, when it adds a batch dimension to a batching model.
 
         Triton's clients send ``[b, *shape]`` to a model with ``max_batch_size`` > 0; a
@@ -190,7 +193,7 @@ class InferenceService:
         """
         if not request.tensors:
             return None
-        policy = self.lane(request.model).config.batching
+        policy = lane.config.batching
         if policy is None:
             return None
         specs = self._registry.get(request.model, request.version).instance.inputs
@@ -199,7 +202,7 @@ class InferenceService:
         rows = split_rows(request.inputs, specs, policy.max_batch_size)
         if rows is None:
             return None
-        return [dataclasses.replace(request, inputs=row) for row in rows]
+        return [dataclasses.replace(request, inputs=row, lane=lane) for row in rows]
 
     @staticmethod
     def _stacked(request: InferenceRequest, answers: list[Prediction]) -> Prediction:
@@ -213,19 +216,18 @@ class InferenceService:
             ) from e
         return Prediction(first.model, first.version, output, sum(a.latency_s for a in answers))
 
-    def _admit(self, request: InferenceRequest) -> _Call:
-        """The one admission path: the lane, deadline and version, once the input passes."""
+    def _admit(self, request: InferenceRequest, lane: Lane) -> _Call:
+        """The one admission path: the deadline and version, once the input passes."""
         if request.trace is None:
-            return self._admitted(request)
+            return self._admitted(request, lane)
         started = time.time_ns()
-        call = self._admitted(request)
+        call = self._admitted(request, lane)
         call.trace = request.trace
         if tracing.ACTIVE is not None:
             tracing.ACTIVE.record("admit", request.trace, started)
         return call
 
-    def _admitted(self, request: InferenceRequest) -> _Call:
-        lane = self.lane(request.model)
+    def _admitted(self, request: InferenceRequest, lane: Lane) -> _Call:
         deadline = lane.deadline(request.timeout_ms) - request.waited_s
         if request.waited_s and self._clock() >= deadline:
             raise OverloadedError(
@@ -330,16 +332,9 @@ class InferenceService:
                 )
             )
         if self._shadows is not None:
-            copy = functools.partial(
-                self._shadows.submit,
-                ready.model,
-                ready.version,
-                features,
-                output,
-                request.request_id,
-                log_answer=logged,
-                trace=request.trace,
-            )
+            model, version, rid = ready.model, ready.version, request.request_id
+            answered = ShadowCopy(model, version, features, output, rid, logged, request.trace)
+            copy = functools.partial(self._shadows.submit, answered)
             if after_response is None:
                 copy()
             else:

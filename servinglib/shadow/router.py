@@ -32,6 +32,7 @@ from servinglib.serving import tracing
 from servinglib.serving.recording import AnsweredPrediction, AnswerRecorder
 from servinglib.shadow.budget import CpuBudget
 from servinglib.shadow.comparators import Comparator, Comparison, make_comparator
+from servinglib.shadow.copies import ShadowCopy
 from servinglib.shadow.process import ShadowProcess
 
 __all__ = [
@@ -119,7 +120,7 @@ class ShadowRouter:
     Example::
 
         router = ShadowRouter(registry, listener=metrics)
-        router.submit("eta", "2", features, primary_output, request_id)
+        router.submit(ShadowCopy("eta", "2", features, primary_output, request_id))
     """
 
     def __init__(
@@ -177,20 +178,9 @@ class ShadowRouter:
         if not self._process.wait_loaded(budget):
             log.warning("the shadow process did not load its versions; copies are not_ready")
 
-    def submit(
-        self,
-        model: str,
-        primary: str,
-        features: Any,
-        output: Any,
-        request_id: str,
-        log_answer: bool = True,
-        trace: Any = None,
-    ) -> None:
-        """Copy an answered request to the sampled shadows of ``model``; never blocks.
-
-        ``trace``: the request's trace context; each copy's span is linked to it.
-        """
+    def submit(self, copy: ShadowCopy) -> None:
+        """Copy an answered request to the sampled shadows of its model; never blocks."""
+        model, primary = copy.model, copy.primary
         for shadow in self._shadows.get(model, ()):
             version = shadow.config.version
             if version == primary or self._rng() >= shadow.config.sample_rate:
@@ -204,17 +194,7 @@ class ShadowRouter:
                     self._listener.shadow_dropped(model, primary, version)
                 continue
             try:
-                future = self._executor.submit(
-                    self._run,
-                    shadow,
-                    model,
-                    primary,
-                    features,
-                    output,
-                    request_id,
-                    log_answer,
-                    trace,
-                )
+                future = self._executor.submit(self._run, shadow, copy)
             except RuntimeError:  # executor shut down: the worker is exiting
                 self._slots.release()
                 if self._listener:
@@ -228,25 +208,16 @@ class ShadowRouter:
         with self._pending_lock:
             self._pending.discard(future)
 
-    def _run(
-        self,
-        shadow: _Shadow,
-        model: str,
-        primary: str,
-        features: Any,
-        output: Any,
-        request_id: str,
-        log_answer: bool,
-        trace: Any = None,
-    ) -> None:
+    def _run(self, shadow: _Shadow, copy: ShadowCopy) -> None:
+        model, primary, features = copy.model, copy.primary, copy.features
         version = shadow.config.version
         started = time.perf_counter()
         outcome = "ok"
         span = None
-        if trace is not None and tracing.ACTIVE is not None:
+        if copy.trace is not None and tracing.ACTIVE is not None:
             span = tracing.ACTIVE.linked(
                 f"shadow {version}",
-                trace,
+                copy.trace,
                 {"servinglib.model": model, "servinglib.version": version},
             )
         try:
@@ -266,19 +237,19 @@ class ShadowRouter:
                     model, version, outcome, "shadow %r version %r %s; not compared", late
                 )
                 return
-            comparison = shadow.compare(output, answer)
+            comparison = shadow.compare(copy.output, answer)
             if self._listener:
                 self._listener.shadow_compared(model, primary, version, comparison)
-            if self._recorder and log_answer:  # logged with its primary, under its sampling
+            if self._recorder and copy.log_answer:  # logged with its primary, under its sampling
                 self._recorder.record(
                     AnsweredPrediction(
-                        request_id,
+                        copy.request_id,
                         model,
                         version,
                         features,
                         answer,
                         elapsed * 1000,
-                        *tracing.trace_ids_of(trace, span),  # under the copy's own span
+                        *tracing.trace_ids_of(copy.trace, span),  # under the copy's own span
                         shadow_of=primary,
                     )
                 )
@@ -304,7 +275,7 @@ class ShadowRouter:
                 "shadow %r version %r raised (request %s)",
                 model,
                 version,
-                request_id,
+                copy.request_id,
                 exc_info=True,
             )
         finally:

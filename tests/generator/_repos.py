@@ -9,9 +9,12 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from servinglib_generator import build_service_spec, generate_service
+
+from tests.conftest import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = ("python", "onnx", "torch")
@@ -72,3 +75,22 @@ def run(
             f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-6000:]}"
         )
     return result
+
+
+def by_name(items: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The entry of an Envoy list (listeners, clusters) called ``name``."""
+    (found,) = [item for item in items if item["name"] == name]
+    return found
+
+
+def loopback_grpc(config: dict[str, Any], app_grpc_port: int) -> int:
+    """Point a generated Envoy config's gRPC listener at a free loopback port and its
+    ``app_grpc`` cluster at ``app_grpc_port`` (the app's server.grpc_port); returns the
+    listener's port."""
+    port = free_port()
+    listener = by_name(config["static_resources"]["listeners"], "ingress_grpc")
+    listener["address"]["socket_address"].update(address="127.0.0.1", port_value=port)
+    cluster = by_name(config["static_resources"]["clusters"], "app_grpc")
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    endpoint["address"]["socket_address"]["port_value"] = app_grpc_port
+    return port

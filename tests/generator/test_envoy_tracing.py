@@ -17,6 +17,7 @@ import requests
 import yaml
 
 from tests.conftest import free_port, launch, stop
+from tests.generator._repos import by_name, loopback_grpc
 from tests.otlp_receiver import OtlpReceiver, Span
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "tracing"
@@ -36,7 +37,9 @@ def envoy_config(repo: Path, path: Path, app_port: int, receiver: OtlpReceiver) 
     manager["tracing"]["provider"]["typed_config"]["http_service"]["http_uri"]["uri"] = (
         receiver.endpoint
     )
-    app, collector = config["static_resources"]["clusters"]
+    loopback_grpc(config, free_port())  # gRPC is not called here: off the fixed port
+    clusters = config["static_resources"]["clusters"]
+    app, collector = by_name(clusters, "app"), by_name(clusters, "otel_collector")
     endpoint = app["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     endpoint["address"]["socket_address"]["port_value"] = app_port
     collector["type"] = "STATIC"

@@ -22,7 +22,15 @@ from servinglib_generator import ModelSpec, add_model
 from servinglib.checks import validate_service
 from servinglib.config.spec import load_config
 from servinglib.lifecycle.selftest import load_test_data
-from tests.generator._repos import REPO_ROOT, RUNTIMES, needs_runtime, render, run, tool
+from tests.generator._repos import (
+    REPO_ROOT,
+    RUNTIMES,
+    by_name,
+    needs_runtime,
+    render,
+    run,
+    tool,
+)
 
 Rendered = Callable[[str], Path]
 
@@ -60,8 +68,9 @@ def test_envoy_policy_matches_the_server(rendered: Rendered) -> None:
     config = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())
     server = load_config(repo / "servinglib.yaml", environ={}).server
     assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
-    (listener,) = config["static_resources"]["listeners"]
-    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    listeners = config["static_resources"]["listeners"]
+    assert [listener["name"] for listener in listeners] == ["ingress", "ingress_grpc"]
+    manager = by_name(listeners, "ingress")["filter_chains"][0]["filters"][0]["typed_config"]
     assert manager["generate_request_id"] is True
     route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
     assert route["timeout"] == "15s"
@@ -69,7 +78,9 @@ def test_envoy_policy_matches_the_server(rendered: Rendered) -> None:
     buffer = manager["http_filters"][0]
     assert buffer["name"] == "envoy.filters.http.buffer"
     assert buffer["typed_config"]["max_request_bytes"] == server.max_request_body_bytes
-    cluster, collector = config["static_resources"]["clusters"]
+    clusters = config["static_resources"]["clusters"]
+    assert [c["name"] for c in clusters] == ["app", "app_grpc", "otel_collector"]
+    cluster, collector = by_name(clusters, "app"), by_name(clusters, "otel_collector")
     assert (
         collector["name"]
         == manager["tracing"]["provider"]["typed_config"]["http_service"]["http_uri"]["cluster"]
@@ -83,6 +94,42 @@ def test_envoy_policy_matches_the_server(rendered: Rendered) -> None:
     # The chain the architecture requires: Envoy idle < gunicorn keep-alive; route < worker.
     assert idle_s == 60 < server.keepalive_s == 75
     assert server.timeout_s > 15
+
+
+def test_requirements_carry_servinglibs_grpc_extra(rendered: Rendered) -> None:
+    repo = rendered("python")
+    extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["grpc"]
+    lines = (repo / "requirements.txt").read_text().splitlines()
+    assert set(extra) <= set(lines), f"requirements.txt lacks the grpc extra {extra}"
+
+
+def test_envoy_grpc_listener_routes_http2_to_the_grpc_port(rendered: Rendered) -> None:
+    repo = rendered("python")
+    config = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())
+    server = load_config(repo / "servinglib.yaml", environ={}).server
+    listener = by_name(config["static_resources"]["listeners"], "ingress_grpc")
+    assert listener["address"]["socket_address"]["port_value"] == 8001
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["codec_type"] == "HTTP2"
+    # no buffer filter (it would hold a stream until its end), no JSON local replies
+    assert [f["name"] for f in manager["http_filters"]] == ["envoy.filters.http.router"]
+    assert "local_reply_config" not in manager
+    stream, unary = manager["route_config"]["virtual_hosts"][0]["routes"]
+    assert stream["match"]["prefix"].endswith("/ModelStreamInfer")
+    assert stream["route"]["timeout"] == "0s"
+    assert unary["match"] == {"prefix": "/", "grpc": {}}
+    route = unary["route"]
+    assert route["timeout"] == route["max_stream_duration"]["grpc_timeout_header_max"] == "15s"
+    retry = route["retry_policy"]
+    assert {"unavailable", "reset", "connect-failure"} <= set(retry["retry_on"].split(","))
+    cluster = by_name(config["static_resources"]["clusters"], route["cluster"])
+    endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+    assert endpoint["address"]["socket_address"]["port_value"] == server.grpc_port == 8002
+    options = cluster["typed_extension_protocol_options"]
+    http = options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert "http2_protocol_options" in http["explicit_http_config"]  # gRPC needs HTTP/2
 
 
 def test_k8s_manifests_pass_kubernetes_validate(rendered: Rendered) -> None:
@@ -112,9 +159,22 @@ def test_k8s_deployment_runs_app_and_envoy_with_probes(rendered: Rendered) -> No
     assert pod["securityContext"]["runAsNonRoot"] is True
     app, sidecar = pod["containers"]
     assert (app["name"], sidecar["name"]) == ("app", "envoy")
-    assert app["startupProbe"]["httpGet"]["path"] == "/livez"
-    assert app["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert app["livenessProbe"]["httpGet"]["path"] == "/livez"
+    grpc_port = load_config(repo / "servinglib.yaml", environ={}).server.grpc_port
+    assert {"name": "grpc", "containerPort": grpc_port} in app["ports"]
+    # grpc.health.v1 on the app's gRPC port: readiness for "", liveness for "liveness"
+    assert app["startupProbe"]["grpc"] == {"port": grpc_port, "service": "liveness"}
+    assert app["readinessProbe"]["grpc"] == {"port": grpc_port}
+    assert app["livenessProbe"]["grpc"] == {"port": grpc_port, "service": "liveness"}
+    envoy_config = yaml.safe_load((repo / "envoy/envoy.yaml").read_text())
+    listener = by_name(envoy_config["static_resources"]["listeners"], "ingress_grpc")
+    envoy_grpc = listener["address"]["socket_address"]["port_value"]
+    assert {"name": "grpc", "containerPort": envoy_grpc} in sidecar["ports"]
+    service = yaml.safe_load((repo / "k8s/service.yaml").read_text())
+    grpc_port_of_service = by_name(service["spec"]["ports"], "grpc")
+    assert grpc_port_of_service["targetPort"] == "grpc"
+    assert grpc_port_of_service["appProtocol"] == "kubernetes.io/h2c"
+    policy = yaml.safe_load((repo / "k8s/networkpolicy.yaml").read_text())
+    assert {"port": "grpc", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]
     assert app["resources"] == {
         "requests": {"cpu": "1", "memory": "1Gi"},
         "limits": {"cpu": "2", "memory": "2Gi"},
@@ -171,21 +231,35 @@ def test_terraform_parses_and_declares_every_resource(rendered: Rendered) -> Non
     containers = {c["name"]: c for c in pod["container"]}
     assert set(containers) == {"app", "envoy"}
     probes = {
-        kind: containers["app"][kind][0]["http_get"][0]["path"]
+        kind: {
+            k: v for k, v in containers["app"][kind][0]["grpc"][0].items() if k != "__is_block__"
+        }
         for kind in ("startup_probe", "readiness_probe", "liveness_probe")
     }
     assert probes == {
-        "startup_probe": "/livez",
-        "readiness_probe": "/v2/health/ready",
-        "liveness_probe": "/livez",
+        "startup_probe": {"port": 8002, "service": "liveness"},
+        "readiness_probe": {"port": 8002},
+        "liveness_probe": {"port": 8002, "service": "liveness"},
     }
+    app_ports = {p["name"]: p["container_port"] for p in containers["app"]["port"]}
+    envoy_ports = {p["name"]: p["container_port"] for p in containers["envoy"]["port"]}
+    assert (app_ports["grpc"], envoy_ports["grpc"]) == (8002, 8001)
+    service_ports = {
+        p["name"]: p for p in resources["kubernetes_service_v1"]["app"]["spec"][0]["port"]
+    }
+    assert service_ports["grpc"]["port"] == "${var.grpc_port}"
+    assert service_ports["grpc"]["app_protocol"] == "kubernetes.io/h2c"
     variables = {name for block in terraform["variable"] for name in block}
     assert {"namespace", "image", "models", "min_replicas", "max_replicas"} <= variables
     assert {"kafka_bootstrap_servers", "prediction_topic", "prediction_bucket"} <= variables
+    assert {"grpc_port", "service_type"} <= variables
     outputs = {name for block in terraform["output"] for name in block}
-    assert outputs == {"namespace", "service_name", "service_url", "infer_urls"}
+    assert outputs == {"namespace", "service_name", "service_url", "infer_urls", "grpc_target"}
     tfvars = json.loads((repo / "terraform/models.auto.tfvars.json").read_text())
     assert tfvars == {"models": ["eta"]}
+    terraform_cli = shutil.which("terraform")
+    if terraform_cli is not None:  # canonical formatting; validate needs the providers (online)
+        run([terraform_cli, "fmt", "-check", "-diff", repo / "terraform"])
 
 
 def test_workflow_passes_the_github_workflow_schema(rendered: Rendered) -> None:

@@ -23,7 +23,7 @@ import yaml
 from servinglib_generator import ModelSpec, add_model
 
 from tests.conftest import free_port, stop
-from tests.generator._repos import REPO_ROOT, RUNTIMES, needs_runtime, render, run
+from tests.generator._repos import REPO_ROOT, RUNTIMES, loopback_grpc, needs_runtime, render, run
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,8 @@ class Venv:
 
     def pip_install(self, *args: str | Path, cwd: Path | None = None) -> None:
         run(
-            [self.bin("python"), "-m", "pip", "install", "--quiet", *args],
+            # --no-compile: the servers and tests byte-compile only what they import
+            [self.bin("python"), "-m", "pip", "install", "--quiet", "--no-compile", *args],
             cwd=cwd,
             env=self.env,
             timeout=600,
@@ -187,7 +188,8 @@ def test_servinglib_serve_answers_infer_and_v2(
     port = free_port()
     command = [str(venv.bin("servinglib")), "serve", "--config", str(repo / "servinglib.yaml")]
     command += ["--port", str(port), "--workers", "1"]
-    server = start(command, venv.env, port, tmp_path / "serve.log")
+    env = {**venv.env, "SERVINGLIB_GRPC_PORT": str(free_port())}
+    server = start(command, env, port, tmp_path / "serve.log")
     try:
         features, output, _, v2_output = SAMPLES[runtime]
         answer = requests.post(
@@ -219,13 +221,20 @@ def behind_envoy(venv: Venv, installed: Callable[[str], Path], tmp_path: Path) -
     cluster = config["static_resources"]["clusters"][0]
     endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     endpoint["address"]["socket_address"]["port_value"] = app_port
+    app_grpc_port = free_port()
+    loopback_grpc(config, app_grpc_port)
     envoy_config = tmp_path / "envoy.yaml"
     envoy_config.write_text(yaml.safe_dump(config))
 
     # What the container runs: gunicorn with the repository's own gunicorn.conf.py.
     gunicorn = start(
         [str(venv.bin("gunicorn")), "--config", str(repo / "gunicorn.conf.py")],
-        {**venv.env, "SERVINGLIB_PORT": str(app_port), "SERVINGLIB_WORKERS": "1"},
+        {
+            **venv.env,
+            "SERVINGLIB_PORT": str(app_port),
+            "SERVINGLIB_GRPC_PORT": str(app_grpc_port),
+            "SERVINGLIB_WORKERS": "1",
+        },
         app_port,
         tmp_path / "gunicorn.log",
     )

@@ -1,4 +1,6 @@
-"""gRPC deadlines and graceful drain, against a real server whose model sleeps on demand."""
+"""gRPC deadlines and graceful drain, against a real server whose model sleeps on demand,
+under both worker classes (asyncio: the gRPC server on the worker's loop; gthread: on a
+thread of its own)."""
 
 from __future__ import annotations
 
@@ -28,8 +30,11 @@ def _sleep(seconds: float) -> list[triton.InferInput]:
     return [tensor]
 
 
-def test_grpc_timeout_and_envoys_budget_become_the_deadline(tmp_path: Path) -> None:
-    server = launch_grpc(reliability_service(tmp_path), tmp_path, "--workers", "1")
+@pytest.mark.parametrize("worker", ["asyncio", "gthread"])
+def test_grpc_timeout_and_envoys_budget_become_the_deadline(tmp_path: Path, worker: str) -> None:
+    server = launch_grpc(
+        reliability_service(tmp_path), tmp_path, "--workers", "1", "--worker", worker
+    )
     try:
         with triton.InferenceServerClient(server.grpc_address) as client:
             started = time.monotonic()
@@ -53,10 +58,14 @@ def test_grpc_timeout_and_envoys_budget_become_the_deadline(tmp_path: Path) -> N
         stop(server.live.process)
 
 
-@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
-def test_a_signal_drains_grpc_calls_and_loses_no_row(tmp_path: Path, signum: str) -> None:
+@pytest.mark.parametrize(
+    ("signum", "worker"), [("SIGTERM", "asyncio"), ("SIGINT", "asyncio"), ("SIGTERM", "gthread")]
+)
+def test_a_signal_drains_grpc_calls_and_loses_no_row(
+    tmp_path: Path, signum: str, worker: str
+) -> None:
     config, url = prediction_log_service(tmp_path)
-    server = launch_grpc(config, tmp_path, "--workers", "2")
+    server = launch_grpc(config, tmp_path, "--workers", "2", "--worker", worker)
     answered: list[str] = []
     refused: list[str] = []
     failures: Counter[str] = Counter()
@@ -97,7 +106,9 @@ def test_a_signal_drains_grpc_calls_and_loses_no_row(tmp_path: Path, signum: str
     finally:
         stop(server.live.process)
     took = time.monotonic() - stopped_at
-    print(f"figures: {signum} exit {took:.1f} s, {len(answered)} answered, {dict(failures)}")
+    print(
+        f"figures: {worker} {signum} exit {took:.1f} s, {len(answered)} answered, {dict(failures)}"
+    )
     assert took < 10, f"exit took {took:.1f} s (graceful_timeout_s is 10)"
     assert server.live.process.returncode == 0, server.live.log()
     with sqlite3.connect(url.removeprefix("sqlite:///")) as db:

@@ -188,7 +188,7 @@ def test_asyncio_client(grpc_server: GrpcServer) -> None:
 def test_grpc_health_service_follows_readiness(grpc_server: GrpcServer) -> None:
     with grpc.insecure_channel(grpc_server.grpc_address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        for service in ("", "inference.GRPCInferenceService"):
+        for service in ("", "inference.GRPCInferenceService", "liveness"):
             answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         with pytest.raises(grpc.RpcError) as refused:

@@ -9,11 +9,13 @@ import json
 import socket
 import threading
 import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
+
+from tests.conftest import SERVICE_CONFIG, LiveServer, launch, stop
 
 pytestmark = pytest.mark.integration
 
@@ -34,14 +36,22 @@ def _infer(connection: http.client.HTTPConnection) -> dict[str, Any]:
     return answer
 
 
-WORKERS = pytest.mark.parametrize("worker", ["asyncio", "gthread"])
+@pytest.fixture(scope="module", params=["asyncio", "gthread"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """One server per worker class, 1 worker with 2 threads, shared by this module's tests."""
+    server = launch(
+        SERVICE_CONFIG,
+        tmp_path_factory.mktemp("keepalive"),
+        *("--workers", "1", "--threads", "2", "--worker", request.param),
+        env={"SERVINGLIB_HEADER_TIMEOUT_S": "2"},
+    )
+    yield server
+    stop(server.process)
 
 
-@WORKERS
-def test_back_to_back_and_pipelined_requests_on_one_connection(
-    start_server: Any, service_config: Path, worker: str
-) -> None:
-    server = start_server(service_config, "--workers", "1", "--threads", "4", "--worker", worker)
+def test_back_to_back_and_pipelined_requests_on_one_connection(server: LiveServer) -> None:
     connection = _connection(server.url)
     outputs = [_infer(connection)["output"] for _ in range(200)]
     assert outputs == [{"score": 4.0}] * 200
@@ -65,12 +75,8 @@ def test_back_to_back_and_pipelined_requests_on_one_connection(
     assert received.count(b"HTTP/1.1 200") == 2, received
 
 
-@WORKERS
-def test_busy_connections_never_starve_a_new_one(
-    start_server: Any, service_config: Path, worker: str
-) -> None:
+def test_busy_connections_never_starve_a_new_one(server: LiveServer) -> None:
     """Two threads, two connections hammering back to back: a third client is still served."""
-    server = start_server(service_config, "--workers", "1", "--threads", "2", "--worker", worker)
     stop = threading.Event()
     counts = [0, 0]
 
@@ -103,21 +109,8 @@ def test_busy_connections_never_starve_a_new_one(
     assert waited < 10.0, f"a new connection waited {waited:.2f} s for a thread"
 
 
-@WORKERS
-def test_a_head_that_never_completes_is_closed_after_header_timeout_s(
-    start_server: Any, service_config: Path, worker: str
-) -> None:
+def test_a_head_that_never_completes_is_closed_after_header_timeout_s(server: LiveServer) -> None:
     """A slowloris client, trickling its head a byte at a time, holds nothing for long."""
-    server = start_server(
-        service_config,
-        "--workers",
-        "1",
-        "--threads",
-        "2",
-        "--worker",
-        worker,
-        env={"SERVINGLIB_HEADER_TIMEOUT_S": "2"},
-    )
     parsed = urlparse(server.url)
     trickling = []
     for _ in range(4):  # more than the worker has threads

@@ -88,10 +88,12 @@ def test_an_example_model_answers_from_s3_as_from_its_folder(
 ) -> None:
     shutil.copytree(DIGITS / "models", tmp_path / "models")
     s3_store.client.create_bucket(Bucket="examples")
+    uploaded = []
     for path in sorted((DIGITS / "models" / "digits").rglob("*")):
         if path.is_file():
             key = f"digits-classifier/digits/{path.relative_to(DIGITS / 'models' / 'digits')}"
             s3_store.client.put_object(Bucket="examples", Key=key, Body=path.read_bytes())
+            uploaded.append(key)
     document = yaml.safe_load((DIGITS / "servinglib.yaml").read_text())
     (local,) = document["models"]
     remote = {**local, "name": "digits-s3", "repository": "s3://examples/digits-classifier/digits"}
@@ -99,7 +101,11 @@ def test_an_example_model_answers_from_s3_as_from_its_folder(
     document["model_cache"] = {"dir": "cache"}
     config = tmp_path / "servinglib.yaml"
     config.write_text(yaml.safe_dump(document))
+    start = len(s3_store.log.lines)
     server = start_server(config, "--workers", "2", env=s3_store.env)
+    keys = [f"/examples/{key}" for key in uploaded]
+    gets = s3_store.log.gets(start)
+    assert {k: gets[k] for k in keys} == dict.fromkeys(keys, 1), gets  # once per server
 
     request = json.loads((DIGITS / "request.json").read_text())
     answers = {}

@@ -230,10 +230,13 @@ def db_rows(url: str) -> list[tuple[str, str, str | None]]:
         "sqlite",
         pytest.param(
             "postgresql",
-            marks=pytest.mark.skipif(
-                not POSTGRES_URL,
-                reason="set SERVINGLIB_TEST_POSTGRES_URL (.ci/run starts PostgreSQL)",
-            ),
+            marks=[
+                pytest.mark.skipif(
+                    not POSTGRES_URL,
+                    reason="set SERVINGLIB_TEST_POSTGRES_URL (.ci/run starts PostgreSQL)",
+                ),
+                pytest.mark.services,
+            ],
         ),
     ],
 )

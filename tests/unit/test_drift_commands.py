@@ -98,10 +98,13 @@ LOGS = [
     pytest.param(
         POSTGRES_URL,
         id="postgresql",
-        marks=pytest.mark.skipif(
-            not POSTGRES_URL,
-            reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
-        ),
+        marks=[
+            pytest.mark.skipif(
+                not POSTGRES_URL,
+                reason="set SERVINGLIB_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run does)",
+            ),
+            pytest.mark.services,
+        ],
     ),
 ]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,6 +44,9 @@ class FakeHead:
 
     def routing_key(self, model: str) -> str | None:
         return f"key-of-{model}"
+
+    def lane(self, model: str) -> None:
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +210,34 @@ def test_the_exchange_answers_records_and_refuses_the_same_way(endpoints: Endpoi
         unknown.check_head()
     unknown.failed(missing.value)
     assert unknown.finish([]).status == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/v2/models/echo/infer",
+            b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.5]}]}',
+        ),
+        ("/infer", b'{"model_id": "scorer", "features": {"x": 2}}'),
+    ],
+)
+def test_a_request_looks_its_models_lane_up_once(
+    endpoints: Endpoints, monkeypatch: pytest.MonkeyPatch, path: str, body: bytes
+) -> None:
+    service = endpoints.service
+    looked_up: list[str] = []
+    real = service.lane
+
+    def lane(model: str) -> Any:
+        looked_up.append(model)
+        return real(model)
+
+    monkeypatch.setattr(service, "lane", lane)
+    exchange = endpoints.open("POST", path, {"content-type": "application/json"}.get)
+    assert exchange is not None
+    exchange.check_head()
+    request = exchange.parse(body)
+    exchange.answered(service.infer(request))
+    assert exchange.finish([]).status == 200
+    assert len(looked_up) == 1, looked_up

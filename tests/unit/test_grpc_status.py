@@ -1,4 +1,4 @@
-"""gRPC statuses: the REST mapping of every error, translated; server.grpc_port's check."""
+"""gRPC statuses: the REST mapping of every error, translated; server.grpc_port under either worker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from servinglib.config.spec import load_config
 from servinglib.errors import (
-    ConfigError,
     DeadlineExceededError,
     InvalidInputError,
     ModelNotFoundError,
@@ -59,7 +58,7 @@ def test_an_unexpected_error_names_its_error_id_not_its_text(
     assert "unhandled error" in caplog.text
 
 
-def test_grpc_port_needs_the_asyncio_worker(tmp_path: Path) -> None:
+def test_grpc_port_is_served_by_either_worker(tmp_path: Path) -> None:
     (tmp_path / "models" / "eta" / "1").mkdir(parents=True)
     path = tmp_path / "servinglib.yaml"
     path.write_text(
@@ -67,6 +66,5 @@ def test_grpc_port_needs_the_asyncio_worker(tmp_path: Path) -> None:
         "  - {name: eta, class: 'models.eta:EtaModel', repository: models/eta, "
         "default_version: '1'}\n"
     )
-    with pytest.raises(ConfigError, match=r"server.grpc_port: 9000 needs server.worker: asyncio"):
-        load_config(path, environ={})
+    assert load_config(path, environ={}).server.grpc_port == 9000
     assert load_config(path, environ={"SERVINGLIB_WORKER": "asyncio"}).server.grpc_port == 9000

@@ -31,6 +31,13 @@ def test_a_speed_up_is_claimed_only_when_every_round_says_so() -> None:
     assert slower.describe().startswith("p95 1.20x slower")
 
 
+def test_the_reason_names_the_technique_measured() -> None:
+    fp32, faster = [2.0, 2.1, 2.0, 1.9, 2.05], [1.0, 1.05, 0.98, 1.0, 1.01]
+    assert speed_claim("p50", fp32, faster).why.startswith("INT8 faster in 5 of 5 rounds")
+    pruned = speed_claim("p50", fp32, faster, technique="pruned")
+    assert pruned.why.startswith("pruned faster in 5 of 5 rounds"), pruned.why
+
+
 @pytest.mark.parametrize(
     ("fp32", "int8", "why"),
     [

@@ -121,3 +121,71 @@ def test_out_holding_other_files_is_refused_before_any_work(
     assert code == 2
     assert "holds files that are not an edge bundle" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_run_target_edge_quantizes_then_bundles_the_smallest_within_the_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "int8" / "model.onnx"
+    code = main(
+        [
+            "optimize",
+            "run",
+            str(FP32),
+            "--method",
+            "static",
+            "--reduce-range",
+            "--calibration",
+            str(DIGITS / "data" / "calibration.npz"),
+            "--validation",
+            str(VALIDATION),
+            "--metric",
+            "accuracy",
+            "--output",
+            "logits",
+            "--repeats",
+            "3",
+            "--iterations",
+            "30",
+            "--out",
+            str(out),
+            "--target",
+            "edge",
+            "--profile",
+            "rpi4",
+            "--no-progress",
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert out.is_file()  # the run's INT8 model, as without --target
+    assert "profile rpi4" in printed
+    bundle = tmp_path / "int8" / "edge"  # default: beside --out
+    report = json.loads((bundle / "edge-report.json").read_text())
+    assert report["profile"]["name"] == "rpi4"
+    sources = [Path(c["source"]) for c in report["candidates"]]
+    assert sources == [FP32, out]  # the FP32 source and the INT8 model, both checked
+    fp32, int8 = report["candidates"]
+    assert int8["size_mb"] < fp32["size_mb"]
+    assert report["chosen"] == str(out)  # the smaller
+    assert (bundle / "model.ort").stat().st_size == pytest.approx(int8["size_mb"] * 1e6, rel=1e-3)
+    assert all(c["max_abs_diff"] <= 1e-4 for c in report["candidates"])
+    assert int8["scaled_p50_ms"] <= report["profile"]["max_p50_ms"]
+    # the bundled .ort is the INT8 model: it answers as the run's model.onnx does
+    with np.load(VALIDATION) as archive:
+        pixels = archive["pixels"]
+    want = open_session(out).raw.run(None, {"pixels": pixels})[0]
+    got = open_session(bundle / "model.ort").raw.run(None, {"pixels": pixels})[0]
+    assert float(np.max(np.abs(want - got))) <= 1e-4
+
+
+def test_edge_flags_without_the_edge_target_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "model.onnx"
+    flags = ["--validation", str(VALIDATION), "--profile", "rpi4", "--out", str(out)]
+    code = main(["optimize", "run", str(FP32), *flags])
+    assert code == 2
+    assert "--profile applies to the edge target: add --target edge" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

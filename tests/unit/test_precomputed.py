@@ -175,11 +175,9 @@ def _precomputed_service(tmp_path: Path, options: str) -> Path:
 def test_misses_go_through_the_fallback_models_lane(tmp_path: Path) -> None:
     config = load_config(_precomputed_service(tmp_path, 'fallback_version: "1"'), environ={})
     assert config.models[1].runtime_options["fallback_model"] == "summer"  # same repository
-    caller = LaneCaller()
-    registry = ModelRegistry(config, caller=caller)
+    registry = ModelRegistry(config)
     service = InferenceService(registry)
-    caller.bind(service)
-    registry.load_all()
+    registry.load_all(LaneCaller(service))
     assert registry.record("summer-nightly", "nightly").state is VersionState.READY
 
     def infer(features: Any) -> Any:

@@ -168,6 +168,7 @@ def test_a_sink_that_stays_down_drops_and_counts() -> None:
 
 
 @needs_postgres
+@pytest.mark.services
 def test_postgres_sink() -> None:
     import psycopg
 
@@ -186,6 +187,7 @@ def test_postgres_sink() -> None:
 
 
 @needs_postgres
+@pytest.mark.services
 def test_postgres_table_is_created_once_by_workers_starting_together() -> None:
     import psycopg
 
@@ -284,6 +286,7 @@ def test_sqlite_log_of_an_older_release_gains_trace_id(tmp_path: Path) -> None:
 
 
 @needs_postgres
+@pytest.mark.services
 def test_postgres_log_of_an_older_release_gains_trace_id() -> None:
     import psycopg
 

@@ -12,6 +12,7 @@ import pytest
 
 from servinglib.config.spec import ComparatorConfig, load_config
 from servinglib.lifecycle.registry import ModelRegistry
+from servinglib.shadow.copies import ShadowCopy
 from servinglib.shadow.router import Comparison, ShadowRouter, make_comparator
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "shadowing"
@@ -106,7 +107,7 @@ def test_agreement_counts_match_a_hand_computation(tmp_path: Path) -> None:
     assert primary is not None
     for x in range(1, 101):
         features = {"x": x}
-        router.submit("scorer", "1", features, primary.predict(features), f"r{x}")
+        router.submit(ShadowCopy("scorer", "1", features, primary.predict(features), f"r{x}"))
     recorder.wait_for(100)
     router.close()
     assert recorder.finished == ["ok"] * 100
@@ -126,7 +127,7 @@ def test_errors_timeouts_and_drops_are_counted_not_raised(tmp_path: Path) -> Non
     router = ShadowRouter(registry, listener=recorder)
     started = time.perf_counter()
     for x in range(1, 11):
-        router.submit("scorer", "1", {"x": x}, {"score": 2.0 * x}, f"r{x}")
+        router.submit(ShadowCopy("scorer", "1", {"x": x}, {"score": 2.0 * x}, f"r{x}"))
     # Waiting for version 3 alone would take 10 x 20 ms; queueing takes microseconds.
     assert time.perf_counter() - started < 0.15, "submit must never wait for shadows"
     router.close()
@@ -145,7 +146,7 @@ def test_sampling_and_same_version_are_skipped(tmp_path: Path) -> None:
     recorder = Recorder()
     router = ShadowRouter(registry, listener=recorder, rng=lambda: next(draws))
     for x in range(1, 5):
-        router.submit("scorer", "1", {"x": x}, {"score": 2.0 * x}, "r")
+        router.submit(ShadowCopy("scorer", "1", {"x": x}, {"score": 2.0 * x}, "r"))
     router.close()
     assert (
         len(recorder.finished) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from servinglib.shadow.budget import CpuBudget
+from servinglib.shadow.copies import ShadowCopy
 from servinglib.shadow.router import ShadowRouter
 from tests.unit.test_shadow import Recorder, registry_with
 
@@ -59,7 +60,7 @@ def test_copies_beyond_the_budget_are_shed_and_counted(tmp_path: Path) -> None:
     admitted = 0
     for x in range(1, 51):  # one at a time: each copy finishes before the next is offered
         shed = len(recorder.shed)
-        router.submit("scorer", "1", {"x": x}, {"score": 2.0 * x}, f"r{x}")
+        router.submit(ShadowCopy("scorer", "1", {"x": x}, {"score": 2.0 * x}, f"r{x}"))
         if len(recorder.shed) == shed:
             admitted += 1
             recorder.wait_for(admitted)

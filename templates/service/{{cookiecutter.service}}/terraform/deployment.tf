@@ -72,6 +72,10 @@ resource "kubernetes_deployment_v1" "app" {
             name           = "app"
             container_port = {{ cookiecutter.app_port }}
           }
+          port {
+            name           = "grpc"
+            container_port = {{ cookiecutter.app_grpc_port }}
+          }
           env {
             name  = "SERVINGLIB_HOST"
             value = "0.0.0.0"
@@ -99,31 +103,33 @@ resource "kubernetes_deployment_v1" "app" {
               memory = var.memory_limit
             }
           }
+          # The kubelet probes the app's gRPC port (grpc.health.v1, server.grpc_port); the
+          # REST port is probed through Envoy (the envoy container's readiness probe).
           # Workers load and self-test every model before they accept a connection, so
-          # /livez first answers once loading is done: allow it 5 minutes.
+          # the first answer comes once loading is done: allow it 5 minutes.
           startup_probe {
-            http_get {
-              path = "/livez"
-              port = "app"
+            grpc {
+              port    = {{ cookiecutter.app_grpc_port }}
+              service = "liveness"
             }
             period_seconds    = 5
             failure_threshold = 60
           }
-          # Ready when every model's default version is READY.
+          # Ready when every model's default version is READY (the health of service "").
           readiness_probe {
-            http_get {
-              path = "/v2/health/ready"
-              port = "app"
+            grpc {
+              port = {{ cookiecutter.app_grpc_port }}
             }
             period_seconds    = 5
             timeout_seconds   = 2
             failure_threshold = 2
           }
-          # Liveness never depends on models: a failed model must not restart the pod.
+          # Liveness never depends on models (service "liveness"): a failed model must not
+          # restart the pod.
           liveness_probe {
-            http_get {
-              path = "/livez"
-              port = "app"
+            grpc {
+              port    = {{ cookiecutter.app_grpc_port }}
+              service = "liveness"
             }
             period_seconds    = 10
             timeout_seconds   = 2
@@ -160,6 +166,10 @@ resource "kubernetes_deployment_v1" "app" {
           port {
             name           = "http"
             container_port = {{ cookiecutter.envoy_port }}
+          }
+          port {
+            name           = "grpc"
+            container_port = {{ cookiecutter.envoy_grpc_port }}
           }
           resources {
             requests = {

@@ -9,7 +9,7 @@ resource "kubernetes_network_policy_v1" "app" {
       match_labels = local.selector
     }
     policy_types = ["Ingress"]
-    # Only Envoy's port, only from the allowed namespaces. The kubelet's probes of the app
+    # Only Envoy's ports (REST, gRPC), only from the allowed namespaces. The kubelet's probes of the app
     # port come from the node and are not subject to NetworkPolicy.
     ingress {
       from {
@@ -23,6 +23,10 @@ resource "kubernetes_network_policy_v1" "app" {
       }
       ports {
         port     = "http"
+        protocol = "TCP"
+      }
+      ports {
+        port     = "grpc"
         protocol = "TCP"
       }
     }

@@ -20,3 +20,8 @@ output "infer_urls" {
     model => "http://${kubernetes_service_v1.app.metadata[0].name}.${local.namespace}.svc.cluster.local/v2/models/${model}/infer"
   }
 }
+
+output "grpc_target" {
+  description = "host:port of Open Inference over gRPC inside the cluster (tritonclient.grpc.InferenceServerClient(url=...))."
+  value       = "${kubernetes_service_v1.app.metadata[0].name}.${local.namespace}.svc.cluster.local:${var.grpc_port}"
+}

@@ -134,3 +134,19 @@ variable "trace_sampling_percent" {
     error_message = "trace_sampling_percent is a percentage from 0 to 100."
   }
 }
+
+variable "grpc_port" {
+  description = "Port of the Service for Open Inference over gRPC (Envoy's gRPC listener behind it); 8001 is Triton's."
+  type        = number
+  default     = {{ cookiecutter.envoy_grpc_port }}
+}
+
+variable "service_type" {
+  description = "Type of the Service: ClusterIP (inside the cluster) or LoadBalancer (a cloud load balancer in front of its REST and gRPC ports)."
+  type        = string
+  default     = "ClusterIP"
+  validation {
+    condition     = contains(["ClusterIP", "LoadBalancer"], var.service_type)
+    error_message = "service_type is ClusterIP or LoadBalancer."
+  }
+}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import random
 import socket
 import subprocess
 import threading
@@ -30,11 +31,22 @@ def tansu_binary() -> Path | None:
     return path if path.is_file() else None
 
 
-def _free_port() -> int:
+def _free_port(outside_ephemeral: bool = False) -> int:
+    """A free port; ``outside_ephemeral``: below the kernel's ephemeral range, so that no
+    client's outgoing connection (nor a client connecting to itself while the relay is
+    down) can take the port the relay must listen on again."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if outside_ephemeral and ranges.exists():
+        low = int(ranges.read_text().split()[0])
+        for _ in range(100):
+            port = random.randrange(max(1024, low - 8000), low)
+            with socket.socket() as sock, contextlib.suppress(OSError):
+                sock.bind(("127.0.0.1", port))
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        found: int = sock.getsockname()[1]
+        return found
 
 
 class _Relay:
@@ -47,9 +59,19 @@ class _Relay:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.port))
+        """Listen again; waits while a lingering socket still holds the port."""
+        deadline = time.monotonic() + 30
+        while True:
+            server = socket.socket()
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                server.bind(("127.0.0.1", self.port))
+                break
+            except OSError:
+                server.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         server.listen(64)
         self._server = server
         threading.Thread(target=self._accept, args=(server,), daemon=True).start()
@@ -92,7 +114,7 @@ class Broker:
     """A Tansu broker with in-memory storage, reached at :attr:`bootstrap`."""
 
     def __init__(self, binary: Path, log_path: Path) -> None:
-        port, relay = _free_port(), _free_port()
+        port, relay = _free_port(), _free_port(outside_ephemeral=True)
         self.bootstrap = f"127.0.0.1:{relay}"
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(

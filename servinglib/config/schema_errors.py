@@ -51,6 +51,33 @@ def explain_schema_error(err: jsonschema.ValidationError) -> str:
     return _explain(err)
 
 
+def _explain_one_of(err: jsonschema.ValidationError) -> str:
+    """A mapping matching no (or several) ``oneOf`` branches: the model's ``class`` or
+    ``runtime``, or the branch its discriminating key (e.g. a sink's ``type``) names."""
+    instance: dict[str, Any] = err.instance if isinstance(err.instance, dict) else {}
+    alternatives = err.validator_value if isinstance(err.validator_value, list) else []
+    branches = [b for b in alternatives if isinstance(b, dict)]
+    if any(b.get("required") == ["class"] for b in branches):  # a model's implementation
+        both = "class" in instance and "runtime" in instance
+        return "set either `class` (your Model subclass) or `runtime` (onnx or torch), " + (
+            "not both" if both else "one of them is required"
+        )
+    for key in ("type", "kind"):
+        kinds = [b.get("properties", {}).get(key, {}).get("const") for b in branches]
+        if None in kinds or not kinds:
+            continue
+        if instance.get(key) not in kinds:
+            return f"set `{key}` to one of {kinds}, got {instance.get(key)!r}"
+        index = kinds.index(instance[key])
+        inner = [e for e in err.context or () if e.schema_path and e.schema_path[0] == index]
+        if inner:
+            best = min(inner, key=lambda e: len(e.relative_path))
+            where = _key_path(best.relative_path)
+            return (f"`{where}`: " if where else "") + _explain(best)
+    best_match = jsonschema.exceptions.best_match(err.context or ())
+    return _explain(best_match) if best_match is not None else err.message
+
+
 def _explain(err: jsonschema.ValidationError) -> str:
     """Turn a jsonschema error into a sentence that says how to fix it."""
     schema = err.schema if isinstance(err.schema, dict) else {}
@@ -69,10 +96,7 @@ def _explain(err: jsonschema.ValidationError) -> str:
             )
         return "; ".join(hints) + f"; allowed keys: {', '.join(allowed)}"
     if err.validator == "oneOf" and isinstance(err.instance, dict):
-        both = "class" in err.instance and "runtime" in err.instance
-        return "set either `class` (your Model subclass) or `runtime` (onnx or torch), " + (
-            "not both" if both else "one of them is required"
-        )
+        return _explain_one_of(err)
     if err.validator == "required":
         return f"{err.message}; add it"
     if err.validator == "pattern":
@@ -89,8 +113,18 @@ def _explain(err: jsonschema.ValidationError) -> str:
             + (f" ({why})" if why else "")
             + f"; set it to at most {err.validator_value}"
         )
+    if err.validator == "minimum":
+        return (
+            f"{err.instance!r} is below the minimum {err.validator_value}"
+            + (f" ({schema['description'].rstrip('.')})" if "description" in schema else "")
+            + f"; set it to at least {err.validator_value}"
+        )
     if err.validator == "enum":
-        return f"{err.instance!r} is not one of {err.validator_value}"
+        allowed = list(err.validator_value) if isinstance(err.validator_value, list) else []
+        close = difflib.get_close_matches(str(err.instance), [str(a) for a in allowed], n=1)
+        return f"{err.instance!r} is not one of {allowed}" + (
+            f" (did you mean {close[0]!r}?)" if close else ""
+        )
     if err.validator == "type":
         return f"expected {err.validator_value}, got {err.instance!r}"
     description = schema.get("description")

@@ -9,6 +9,7 @@ answers land in the same partition.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ def producer_settings(options: Mapping[str, Any]) -> dict[str, Any]:
         "compression.type": options.get("compression", "lz4"),
         "message.timeout.ms": options.get("delivery_timeout_ms", 5000),
         "delivery.report.only.error": True,  # no Python callback per delivered message
+        "reconnect.backoff.max.ms": 1000,  # back within a second of the cluster's return
         **options.get("producer", {}),
         "enable.idempotence": True,
         "acks": "all",
@@ -37,7 +39,17 @@ def producer_settings(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class KafkaSink:
-    """Produces events to ``topic`` and waits for their acknowledgement."""
+    """Produces events to ``topic`` and waits for their acknowledgement.
+
+    A producer is used only while its connection holds. Any error it reports (connection
+    lost, brokers down, fatal) discards it, and a batch that was in flight meanwhile counts
+    as failed even if acknowledged: after a cut librdkafka may bump the idempotent
+    producer's epoch locally and restart its sequence numbers, and batches of a producer
+    that lived through a cut were seen acknowledged yet partly missing on the test broker
+    (Tansu). The next batch gets a new producer (a new producer id). That also
+    covers librdkafka's fatal errors (e.g. ``OUT_OF_ORDER_SEQUENCE_NUMBER``), after which
+    the producer refuses every message for good and must be recreated.
+    """
 
     def __init__(self, topic: str, options: Mapping[str, Any]) -> None:
         try:
@@ -51,23 +63,67 @@ class KafkaSink:
         self._settings = producer_settings(options)
         self._timeout_s = self._settings["message.timeout.ms"] / 1000
         self._producer: Any = None
+        self._fatal: Any = None  # the producer's fatal error, once it has one
+        self._disrupted: Any = None  # the first error the producer reported
         self._suspect = False  # the last batch failed: check the cluster answers first
 
+    def _on_error(self, error: Any) -> None:
+        if error.fatal():
+            self._fatal = error
+        if self._disrupted is None:
+            self._disrupted = error
+
     def _connect(self) -> Any:
+        if self._producer is not None:
+            self._producer.poll(0)  # serves the errors it reported while idle
+            if self._disrupted is not None:
+                self._discard()
         if self._producer is None:
-            self._producer = self._kafka.Producer(self._settings)
+            self._fatal = self._disrupted = None
+            self._producer = self._kafka.Producer({**self._settings, "error_cb": self._on_error})
         return self._producer
+
+    def _discard(self) -> None:
+        """Drop the producer and what it still holds (those events are sent again)."""
+        producer, self._producer = self._producer, None
+        self._suspect = True
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.purge()
+                producer.flush(0)
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
         """Produce ``events`` and wait until all are acknowledged.
 
         Raises:
-            KafkaException: the cluster is unreachable, or some message was not acknowledged.
+            KafkaException: the cluster is unreachable, the producer failed fatally, or
+                some message was not acknowledged.
         """
+        errors: list[Any] = []
+        try:
+            left = self._produce(events, errors)
+        except Exception:
+            self._discard()
+            raise
+        if left or errors or self._disrupted is not None:
+            first = self._fatal or (errors[0] if errors else self._disrupted)
+            self._discard()
+            if not (left or errors):  # acknowledged, but by a producer that lost its link
+                raise self._kafka.KafkaException(
+                    f"topic {self._topic}: the producer failed ({first}) while {len(events)} "
+                    "messages were in flight; they are sent again by a new producer"
+                )
+            raise self._kafka.KafkaException(
+                f"topic {self._topic}: {left or len(errors)} of {len(events)} messages not "
+                f"acknowledged ({first or 'delivery timed out'})"
+            )
+        self._suspect = False
+
+    def _produce(self, events: Sequence[dict[str, Any]], errors: list[Any]) -> int:
+        """Queue ``events``, wait for them; how many are still unacknowledged."""
         producer = self._connect()
         if self._suspect:  # fail in a second or two instead of a whole delivery timeout
             producer.list_topics(self._topic, timeout=min(2.0, self._timeout_s))
-        errors: list[Any] = []
 
         def delivered(error: Any, _message: Any) -> None:
             if error is not None:
@@ -81,23 +137,14 @@ class KafkaSink:
                     break
                 except BufferError:  # librdkafka's local queue is full: let it drain
                     producer.poll(_POLL_S)
-        left = producer.flush(self._timeout_s + 1)
-        if left or errors:
-            # A new producer (a new producer id) next time: after timed-out messages the
-            # old one would bump its epoch, which some brokers answer PRODUCER_FENCED.
-            self._suspect = True
-            producer.purge()
-            producer.flush(0)
-            self._producer = None
-            first = errors[0] if errors else "delivery timed out"
-            raise self._kafka.KafkaException(
-                f"topic {self._topic}: {left or len(errors)} of {len(events)} messages not "
-                f"acknowledged ({first})"
-            )
-        self._suspect = False
+                    if self._fatal is not None:
+                        raise self._kafka.KafkaException(self._fatal) from None
+        left: int = producer.flush(self._timeout_s + 1)
+        return left
 
     def close(self) -> None:
         """Flush what is in flight and drop the producer."""
         if self._producer is not None:
-            self._producer.flush(self._timeout_s)
+            with contextlib.suppress(Exception):
+                self._producer.flush(self._timeout_s)
             self._producer = None

@@ -5,9 +5,11 @@ bounded buffer, oversize summaries, drain on close) whose writer thread turns re
 events (:mod:`~servinglib.monitoring.prediction_events`) and hands them to the sink. A batch
 the sink refuses goes to the disk spool, and so does every later batch until the spool is
 replayed, oldest first, so the sink receives records in the order they were logged. A
-replay is tried after a backoff (0.5 s doubling to 10 s); a closing logger does not wait
-for a sink that is down: what is left goes to the spool, and a live worker adopts the
-spool of one that exited (at its start, then every 10 s).
+replay is tried after a backoff (0.5 s doubling to 10 s). A closing logger tries the
+replay once more (for at most 5 s, whatever the backoff) and does not wait for a sink that
+is down: what is left stays in the spool, logged with its count, and is never deleted
+undelivered; a live worker adopts the spool of one that exited (at its start, then every
+10 s), and the next start adopts what the last workers left.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ log = logging.getLogger("servinglib.prediction_log")
 
 _BACKOFF_S = (0.5, 10.0)
 _ADOPT_EVERY_S = 10.0  # how often a worker looks for the spool of a worker that exited
+_CLOSE_REPLAY_S = 5.0  # how long a closing logger replays before leaving the rest spooled
 
 
 class EventSink(Protocol):
@@ -66,6 +69,7 @@ class SinkLogger(PredictionLogger):
         self._listener = listener
         self._spool = Spool(config.spool_dir, config.spool_max_bytes)
         self._next_try = self._next_adopt = 0.0
+        self._close_by: float | None = None  # when a closing logger stops replaying
         self._backoff = _BACKOFF_S[0]
         name = config.name
         for reason in ("buffer_full", "spool_full"):  # series at 0 from the start, for alerts
@@ -81,13 +85,25 @@ class SinkLogger(PredictionLogger):
     def _write(self, batch: list[AnsweredPrediction]) -> None:
         events = [event_of(record, self._source) for record in batch]
         closing = self._closed.is_set()
-        if time.monotonic() >= self._next_adopt and not closing:
-            self._spool.adopt()
-            self._next_adopt = time.monotonic() + _ADOPT_EVERY_S
-        if self._spool.pending and not closing:
-            self._replay()
+        try:
+            if time.monotonic() >= self._next_adopt and not closing:
+                self._spool.adopt()
+                self._next_adopt = time.monotonic() + _ADOPT_EVERY_S
+            if self._spool.pending:
+                self._replay(closing)
+        except Exception:  # the writer thread must live on: what it holds is spooled
+            log.exception("prediction sink %s: spool replay failed", self.name)
         if events and (self._spool.pending or not self._sent(events)):
             self._spill(events)
+        if closing and self._spool.pending:
+            log.warning(
+                "prediction sink %s: %d records (%d bytes) not delivered stay in the spool %s; "
+                "the next start (or a live worker) replays them",
+                self.name,
+                self._spool.records,
+                self._spool.bytes,
+                self._spool.directory,
+            )
         self._listener.sink_spool(self.name, self._spool.bytes, self._spool.oldest_age_s())
 
     def _sent(self, events: list[dict[str, Any]]) -> bool:
@@ -104,12 +120,22 @@ class SinkLogger(PredictionLogger):
         self._next_try = time.monotonic() + self._backoff
         self._backoff = min(_BACKOFF_S[1], self._backoff * 2)
 
-    def _replay(self) -> None:
-        """Send spooled segments oldest first while the sink takes them."""
-        if time.monotonic() < self._next_try:
+    def _replay(self, closing: bool = False) -> None:
+        """Send spooled segments oldest first while the sink takes them. A closing logger
+        tries once more whatever the backoff, for at most ``_CLOSE_REPLAY_S``."""
+        now = time.monotonic()
+        if closing:
+            if self._close_by is None:
+                self._close_by = now + _CLOSE_REPLAY_S
+            deadline = self._close_by
+        elif now < self._next_try:
             return
-        while self._spool.pending:
+        else:
+            deadline = float("inf")
+        while self._spool.pending and time.monotonic() < deadline:
             events = self._spool.head()
+            if not events:
+                continue
             try:
                 self._sink.write(events)
             except Exception as e:
@@ -117,8 +143,9 @@ class SinkLogger(PredictionLogger):
                 return
             self._spool.pop()
             self._listener.sink_records(self.name, "replayed", len(events))
-        self._backoff = _BACKOFF_S[0]
-        log.info("prediction sink %s: spool replayed", self.name)
+        if not self._spool.pending:
+            self._backoff = _BACKOFF_S[0]
+            log.info("prediction sink %s: spool replayed", self.name)
 
     def _spill(self, events: list[dict[str, Any]]) -> None:
         try:

@@ -222,3 +222,24 @@ def test_absent_keys_take_the_dataclass_defaults(tmp_path: Path) -> None:
     assert model.deadline_ms == ModelConfig.deadline_ms
     assert model.load_timeout_s == ModelConfig.load_timeout_s
     assert config.team == ServiceConfig.team
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("linger_ms: -5", r"sinks\[0\]: `linger_ms`: -5 is below the minimum 0 .*at least 0"),
+        (
+            "compression: zstdd",
+            r"`compression`: 'zstdd' is not one of \[.*\] \(did you mean 'zstd'",
+        ),
+        ("type: kafk", r"sinks\[0\]: set `type` to one of \['kafka', 'parquet'\], got 'kafk'"),
+    ],
+)
+def test_a_bad_sink_setting_names_the_setting_and_its_allowed_values(
+    tmp_path: Path, setting: str, message: str
+) -> None:
+    sink = "{type: kafka, topic: t, bootstrap_servers: 'k:9092', " + setting + "}"
+    text = "service: s\nmodels:" + MODEL + "monitoring:\n  prediction_log:\n    sinks:\n"
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_config(write(tmp_path, text + f"      - {sink}\n"), environ={})
+    assert "`class`" not in str(raised.value)

@@ -149,6 +149,53 @@ def test_a_dead_workers_spool_is_adopted_and_replayed(tmp_path: Path) -> None:
     assert [e["data"]["request_id"] for e in sink.events] == [f"r{i}" for i in range(10)]
 
 
+def test_a_closing_logger_replays_its_spool_when_the_sink_is_back(tmp_path: Path) -> None:
+    sink, counts = Switchable(), Counts()
+    logger = SinkLogger(sink_config(tmp_path, "kafka", "t"), sink, "servinglib/test", counts)
+    sink.down.set()
+    for i in range(50):
+        logger.record(record(i))
+    wait_until(lambda: counts.records.get("spooled") == 50, "spooling")
+    sink.down.clear()
+    logger.record(record(50))
+    logger.close()  # within the replay backoff: the exit drain replays the spool anyway
+    assert [e["data"]["request_id"] for e in sink.events] == [f"r{i}" for i in range(51)]
+    assert not list((tmp_path / "spool").glob("*.jsonl"))
+
+
+def test_what_a_closing_logger_cannot_deliver_stays_spooled_for_the_next_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink, counts = Switchable(), Counts()
+    config = sink_config(tmp_path, "kafka", "t")
+    logger = SinkLogger(config, sink, "servinglib/test", counts)
+    sink.down.set()
+    for i in range(30):
+        logger.record(record(i))
+    logger.close()
+    assert counts.records["spooled"] == 30
+    assert "30 records" in caplog.text
+    assert "stay in the spool" in caplog.text
+    sink.down.clear()
+    # The next start may have the same pid (a container restart): it adopts the segments.
+    again = SinkLogger(config, sink, "servinglib/test", Counts())
+    wait_until(lambda: len(sink.events) == 30, "replay at the next start")
+    again.close()
+    assert [e["data"]["request_id"] for e in sink.events] == [f"r{i}" for i in range(30)]
+    assert not list((tmp_path / "spool").glob("*.jsonl"))
+
+
+def test_a_spool_segment_that_cannot_be_parsed_is_kept_aside(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, 1 << 20)
+    assert spool.append([event_of(record(0), "s")])
+    assert spool.append([event_of(record(1), "s")])
+    first = sorted(tmp_path.glob("*.jsonl"))[0]
+    first.write_text("{not json\n")
+    assert [e["data"]["request_id"] for e in spool.head()] == ["r1"]
+    assert (spool.pending, spool.records) == (1, 1)
+    assert first.with_name(first.name + ".bad").exists()
+
+
 def test_kafka_sink_delivers_cloudevents_keyed_by_request_id(
     tmp_path: Path, kafka_broker: Any
 ) -> None:

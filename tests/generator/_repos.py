@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,3 +95,15 @@ def loopback_grpc(config: dict[str, Any], app_grpc_port: int) -> int:
     endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
     endpoint["address"]["socket_address"]["port_value"] = app_grpc_port
     return port
+
+
+def assert_all_passed(stdout: str, at_least: int) -> None:
+    """pytest's summary says only "N passed" (no failure, error or skip), N >= ``at_least``.
+
+    A lower bound, not an exact count: each capability adds tests to the generated repo
+    (service, models, publish, prediction sinks...).
+    """
+    summary = stdout.strip().splitlines()[-1]
+    match = re.fullmatch(r"(\d+) passed in .*", summary)
+    assert match is not None, stdout
+    assert int(match.group(1)) >= at_least, stdout

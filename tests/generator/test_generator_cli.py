@@ -43,8 +43,13 @@ def test_rerunning_refuses_to_overwrite_unless_asked(
 
 
 def test_interactive_prompts_over_stdin(tmp_path: Path) -> None:
-    # team is refused once and asked again; every other question takes its default.
-    answers = ["Eta Team", "eta", "eta", *[""] * (len(SERVICE_PROMPTS) - 3), str(REPO_ROOT)]
+    # team is refused once and asked again; servinglib is this checkout; every other
+    # question takes its default.
+    answers = ["Eta Team", *("" for _ in SERVICE_PROMPTS)]
+    keys = [prompt.key for prompt in SERVICE_PROMPTS]
+    answers[1 + keys.index("team")] = "eta"
+    answers[1 + keys.index("model")] = "eta"
+    answers[1 + keys.index("servinglib")] = str(REPO_ROOT)
     result = run(
         [sys.executable, "-m", "servinglib_generator.cli", "--output-dir", tmp_path],
         stdin="\n".join(answers) + "\n",

@@ -105,7 +105,7 @@ def test_serve_flags_are_checked_by_the_schema(passing_config: Path) -> None:
     result = run("serve", "--config", str(passing_config), "--workers", "0")
     assert result.returncode == 2
     assert "server.workers" in result.stderr
-    assert "minimum of 1" in result.stderr
+    assert "is below the minimum 1" in result.stderr
 
 
 def test_version_flag() -> None:

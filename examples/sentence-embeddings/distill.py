@@ -142,10 +142,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from servinglib.optimize._session import open_session
     from servinglib.optimize.distill import DistillSettings, derive_student, distill
     from servinglib.optimize.export import export_module
-    from servinglib.optimize.measure import MeasureSettings, measure_latency, measure_throughput
     from servinglib.optimize.quantize import QuantizeOptions, quantize_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -194,28 +192,7 @@ def main() -> None:
         quantize_model(fp32, int8, QuantizeOptions(method="dynamic", per_channel=True))
         models[name], models[f"{name}-INT8"] = fp32, int8
     test = encode(held_out)
-    with torch.no_grad():
-        reference = teacher(*(torch.from_numpy(test[k]) for k in test)).numpy()
-    ref_nn = _nearest(reference)
-    rows = {}
-    sessions = {name: open_session(path) for name, path in models.items()}
-    for name, session in sessions.items():
-        got = session.raw.run(None, test)[0]
-        cos = np.sum(got * reference, axis=1) / np.linalg.norm(got, axis=1)
-        rows[name] = {
-            "size_mb": path_size(models[name]),
-            "mean_cosine": float(cos.mean()),
-            "min_cosine": float(cos.min()),
-            "nn_agreement": float(np.mean(_nearest(got) == ref_nn)),
-        }
-    settings = MeasureSettings(repeats=5, iterations=50, batch_size=32)
-    single = {k: v[len(held_out) // 2 : len(held_out) // 2 + 1] for k, v in test.items()}
-    batch = {k: v[:32] for k, v in test.items()}
-    latency = measure_latency(sessions, single, settings)
-    throughput = measure_throughput(sessions, batch, settings)
-    for name, row in rows.items():
-        row["p50_ms_batch1"] = latency[name].p50_ms
-        row["samples_per_s_batch32"] = throughput[name].samples_per_s
+    rows = judge(models, teacher, test)
     summary = {
         "distill": {
             "untrained_cosine": result.untrained_value,
@@ -232,6 +209,40 @@ def main() -> None:
     }
     (out / "distill-summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
+
+
+def judge(models: dict[str, Path], teacher: Any, test: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per model: size, cosine and nearest-neighbour agreement to the teacher on ``test``,
+    p50 at batch 1 and throughput at batch 32, measured interleaved."""
+    import torch
+
+    from servinglib.optimize._session import open_session
+    from servinglib.optimize.measure import MeasureSettings, measure_latency, measure_throughput
+
+    with torch.no_grad():
+        reference = teacher(*(torch.from_numpy(test[k]) for k in test)).numpy()
+    ref_nn = _nearest(reference)
+    sessions = {name: open_session(path) for name, path in models.items()}
+    rows: dict[str, dict[str, Any]] = {}
+    for name, session in sessions.items():
+        got = session.raw.run(None, test)[0]
+        cos = np.sum(got * reference, axis=1) / np.linalg.norm(got, axis=1)
+        rows[name] = {
+            "size_mb": path_size(models[name]),
+            "mean_cosine": float(cos.mean()),
+            "min_cosine": float(cos.min()),
+            "nn_agreement": float(np.mean(_nearest(got) == ref_nn)),
+        }
+    settings = MeasureSettings(repeats=5, iterations=50, batch_size=32)
+    middle = len(reference) // 2
+    single = {k: v[middle : middle + 1] for k, v in test.items()}
+    batch = {k: v[:32] for k, v in test.items()}
+    latency = measure_latency(sessions, single, settings)
+    throughput = measure_throughput(sessions, batch, settings)
+    for name, row in rows.items():
+        row["p50_ms_batch1"] = latency[name].p50_ms
+        row["samples_per_s_batch32"] = throughput[name].samples_per_s
+    return rows
 
 
 def path_size(path: Path) -> float:

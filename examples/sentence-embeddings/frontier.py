@@ -131,38 +131,13 @@ def main() -> None:
 
 
 def judge(models: dict[str, Path], teacher: Any, test: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Cosine and neighbour agreement to the teacher; p50 and throughput, interleaved."""
-    import torch
-    from distill import _nearest, path_size
+    """distill.py's judgement of every model, with its speed-up over L6-INT8."""
+    from distill import judge as judge_models
 
-    from servinglib.optimize._session import open_session
-    from servinglib.optimize.measure import MeasureSettings, measure_latency, measure_throughput
-
-    with torch.no_grad():
-        reference = teacher(*(torch.from_numpy(test[k]) for k in test)).numpy()
-    ref_nn = _nearest(reference)
-    sessions = {name: open_session(path) for name, path in models.items()}
-    rows: dict[str, dict[str, Any]] = {}
-    for name, session in sessions.items():
-        got = session.raw.run(None, test)[0]
-        cos = np.sum(got * reference, axis=1) / np.linalg.norm(got, axis=1)
-        rows[name] = {
-            "size_mb": path_size(models[name]),
-            "mean_cosine": float(cos.mean()),
-            "min_cosine": float(cos.min()),
-            "nn_agreement": float(np.mean(_nearest(got) == ref_nn)),
-        }
-    settings = MeasureSettings(repeats=5, iterations=50, batch_size=32)
-    middle = len(reference) // 2
-    single = {k: v[middle : middle + 1] for k, v in test.items()}
-    batch = {k: v[:32] for k, v in test.items()}
-    latency = measure_latency(sessions, single, settings)
-    throughput = measure_throughput(sessions, batch, settings)
-    base = throughput["L6-INT8"].samples_per_s
-    for name, row in rows.items():
-        row["p50_ms_batch1"] = latency[name].p50_ms
-        row["samples_per_s_batch32"] = throughput[name].samples_per_s
-        row["speedup_vs_L6_INT8"] = throughput[name].samples_per_s / base
+    rows = judge_models(models, teacher, test)
+    base = rows["L6-INT8"]["samples_per_s_batch32"]
+    for row in rows.values():
+        row["speedup_vs_L6_INT8"] = row["samples_per_s_batch32"] / base
     return rows
 
 

@@ -31,12 +31,15 @@ class PredictionLogs:
     def __init__(self, loggers: Sequence[PredictionLogger]) -> None:
         self.loggers = tuple(loggers)
         self._rates = [logger.sample_rate for logger in self.loggers]
+        self._everything = all(rate >= 1.0 for rate in self._rates)  # no draw to make
 
     def sampled(self) -> bool:
         """True: each log draws per request id in :meth:`record`."""
         return True
 
-    def _takers(self, request_id: str) -> list[PredictionLogger]:
+    def _takers(self, request_id: str) -> Sequence[PredictionLogger]:
+        if self._everything:
+            return self.loggers
         draw = _fraction(request_id)
         return [lg for lg, rate in zip(self.loggers, self._rates, strict=True) if draw < rate]
 

@@ -1,10 +1,11 @@
 """The prediction log: a sampled record of answered requests, written off the request path.
 
-Requests only put a record on a bounded in-memory queue (``put_nowait``: never blocks).
-A writer thread takes up to ``batch_size`` records, or what arrived within
-``flush_interval_ms``, and writes them in one transaction. When the queue is full, the
-record is dropped and counted. :meth:`PredictionLogger.close` (called on graceful
-shutdown) drains the queue: nothing accepted is lost.
+Requests only put a record in a bounded in-memory buffer
+(:class:`~servinglib.monitoring.record_buffer.RecordBuffer`: never blocks, never wakes the
+writer per record). A writer thread takes up to ``batch_size`` records, or what arrived
+within ``flush_interval_ms``, and writes them in one transaction. When the buffer is full,
+the record is dropped and counted. :meth:`PredictionLogger.close` (called on graceful
+shutdown) drains the buffer: nothing accepted is lost.
 
 Sinks: SQLite in WAL mode (embedded default) and PostgreSQL via psycopg 3.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import random
 import sqlite3
 import threading
@@ -29,6 +29,7 @@ from servinglib.monitoring.prediction_log_schema import (
     prepare_postgres,
     prepare_sqlite,
 )
+from servinglib.monitoring.record_buffer import RecordBuffer
 from servinglib.monitoring.record_size import approx_bytes, summary
 from servinglib.serving.recording import AnsweredPrediction
 from servinglib.wire import jsonbytes
@@ -154,7 +155,6 @@ def open_sink(url: str) -> Sink:
     return PostgresSink(url)
 
 
-_STOP = object()
 _RETRIES = 5
 
 
@@ -184,9 +184,9 @@ class PredictionLogger:
         self._on_written = on_written
         self._on_truncated = on_truncated
         self._rng = rng
-        self._buffered = 0  # estimated bytes of the queued records
-        self._buffered_lock = threading.Lock()
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=config.max_buffer)
+        self._buffer: RecordBuffer[AnsweredPrediction] = RecordBuffer(
+            config.max_buffer, config.max_buffer_bytes, config.batch_size
+        )
         self._closed = threading.Event()
         self._thread = threading.Thread(
             target=self._write_loop, name="servinglib-prediction-log", daemon=True
@@ -213,15 +213,7 @@ class PredictionLogger:
             self._on_dropped(1)
             return False
         record, size = self._bounded(record)
-        with self._buffered_lock:
-            if self._buffered + size > self._config.max_buffer_bytes:
-                self._on_dropped(1)
-                return False
-            self._buffered += size
-        try:
-            self._queue.put_nowait((record, size))
-        except queue.Full:
-            self._release(size)
+        if not self._buffer.put(record, size):
             self._on_dropped(1)
             return False
         return True
@@ -240,43 +232,13 @@ class PredictionLogger:
         bounded = replace(record, features=features, output=output)
         return bounded, 256 + feature_bytes + output_bytes
 
-    def _release(self, size: int) -> None:
-        with self._buffered_lock:
-            self._buffered -= size
-
     def _write_loop(self) -> None:
         interval = self._config.flush_interval_ms / 1000
-        stopping = False
-        while not stopping:
-            batch: list[AnsweredPrediction] = []
-            deadline = time.monotonic() + interval
-            while len(batch) < self._config.batch_size:
-                try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stopping = True
-                    break
-                batch.append(self._taken(item))
-            if stopping:  # drain everything accepted before close()
-                while True:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is not _STOP:
-                        batch.append(self._taken(item))
+        last = False
+        while not last:  # once closed, the buffer hands over everything it accepted
+            batch, last = self._buffer.take(interval)
             self._write(batch)  # also when empty: a subclass may have background work
         self._sink.close()
-
-    def _taken(self, item: object) -> AnsweredPrediction:
-        """A queued record, its bytes no longer counted in the buffer."""
-        assert isinstance(item, tuple)
-        record, size = item
-        self._release(size)
-        assert isinstance(record, AnsweredPrediction)
-        return record
 
     def _write(self, batch: list[AnsweredPrediction]) -> None:
         """Write ``batch`` in chunks; retry a failed chunk with backoff, then drop and count."""
@@ -314,7 +276,7 @@ class PredictionLogger:
         if self._closed.is_set():
             return
         self._closed.set()
-        self._queue.put(_STOP)  # may block briefly when full: the writer is draining it
+        self._buffer.close()
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             log.error("prediction log writer did not finish within %.0f s", timeout_s)

@@ -8,6 +8,7 @@ record's features and output are without encoding them on the request path: arra
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any
 
 __all__ = ["approx_bytes", "summary"]
@@ -15,24 +16,48 @@ __all__ = ["approx_bytes", "summary"]
 _SAMPLE = 64  # elements of a long list or dict actually measured
 
 
+_SCALARS = frozenset({float, int, bool, type(None)})
+
+
 def approx_bytes(value: Any, depth: int = 0) -> int:
     """An estimate of ``value``'s JSON size in bytes (within a small factor)."""
+    kind = type(value)  # exact types first: this runs on the request path
+    if kind in _SCALARS:
+        return 8
+    if kind is str:
+        return len(value) + 2
+    if kind is dict:
+        return _mapping(value, depth)
+    if kind is list or kind is tuple:
+        return _sequence(value, depth)
     nbytes = getattr(value, "nbytes", None)
     if isinstance(nbytes, int):
         return nbytes
     if isinstance(value, str | bytes | bytearray):
         return len(value) + 2
+    if isinstance(value, Mapping):
+        return _mapping(value, depth)
+    if isinstance(value, list | tuple):
+        return _sequence(value, depth)
+    return 8
+
+
+def _mapping(value: Mapping[Any, Any], depth: int) -> int:
     if depth > 32:
         return 8
-    if isinstance(value, Mapping):
-        items = list(value.items())
-        return _extrapolated(
-            len(value), [len(str(k)) + 4 + approx_bytes(v, depth + 1) for k, v in items[:_SAMPLE]]
-        )
-    if isinstance(value, list | tuple):
-        sample = [approx_bytes(v, depth + 1) + 1 for v in value[:_SAMPLE]]
-        return _extrapolated(len(value), sample)
-    return 8
+    sample = islice(value.items(), _SAMPLE)
+    return _extrapolated(
+        len(value), [len(str(k)) + 4 + approx_bytes(v, depth + 1) for k, v in sample]
+    )
+
+
+def _sequence(value: list[Any] | tuple[Any, ...], depth: int) -> int:
+    if depth > 32:
+        return 8
+    sample = value[:_SAMPLE]
+    if _SCALARS.issuperset(map(type, sample)):  # numbers only: 8 bytes and a comma each
+        return 2 + 9 * len(value)
+    return _extrapolated(len(value), [approx_bytes(v, depth + 1) + 1 for v in sample])
 
 
 def _extrapolated(count: int, sample: list[int]) -> int:

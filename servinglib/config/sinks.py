@@ -24,7 +24,7 @@ BUFFER_KEYS = (
     "flush_interval_ms",
 )
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "kafka": {"batch_size": 500, "flush_interval_ms": 200},
+    "kafka": {"batch_size": 2000, "flush_interval_ms": 1000},
     "parquet": {"batch_size": 50000, "flush_interval_ms": 60000},
 }
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from servinglib.config.sinks import LogSinkConfig
 from servinglib.config.spec import PredictionLogConfig
 from servinglib.monitoring.prediction_log import PredictionLogger
 from servinglib.monitoring.record_buffer import RecordBuffer
+from servinglib.monitoring.record_size import approx_bytes
+from servinglib.monitoring.sink_logger import SinkLogger
 from servinglib.serving.recording import AnsweredPrediction
 
 
@@ -83,3 +89,47 @@ def test_the_logger_writes_per_batch_and_its_request_path_counts_nothing() -> No
     assert sorted(sink.sizes) == [50, 100, 100]
     assert written == sink.sizes, "one metric update per batch written"
     assert dropped == []
+
+
+class Calls:
+    """A SinkListener that counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.written = 0
+
+    def sink_records(self, sink: str, outcome: str, count: int) -> None:
+        self.calls += 1
+        self.written += count if outcome == "written" else 0
+
+    def sink_dropped(self, sink: str, reason: str, count: int) -> None:
+        self.calls += 1
+
+    def sink_spool(self, sink: str, spool_bytes: int, lag_s: float) -> None:
+        self.calls += 1
+
+
+def test_a_sink_loggers_metrics_are_updated_per_batch(tmp_path: Path) -> None:
+    sink, calls = Batches(), Calls()
+    config = LogSinkConfig(
+        "kafka", "kafka", "t", tmp_path, buffer={"batch_size": 500, "flush_interval_ms": 60_000}
+    )
+    logger = SinkLogger(config, sink, "servinglib/test", calls)
+    at_start = calls.calls  # the dropped series, published at 0
+    for i in range(2000):
+        assert logger.record(answer(i))
+    logger.close()
+    assert sum(sink.sizes) == calls.written == 2000
+    assert max(sink.sizes) == 500
+    # written and the spool's gauges, once per write: never once per record
+    assert calls.calls - at_start <= 2 * len(sink.sizes) + 2
+
+
+def test_size_estimates_of_plain_values() -> None:
+    assert approx_bytes({"values": [0.5] * 16}) == 158
+    assert approx_bytes([1.0] * 1000) == 9002
+    assert approx_bytes([[1.0] * 10] * 100) == 9302
+    assert approx_bytes((1, "a")) == 15
+    assert approx_bytes({"a": [{"b": "xx", "c": [1, 2, None]}] * 100, 3: np.zeros(3)}) == 4638
+    assert approx_bytes(np.float32(1)) == 4
+    assert approx_bytes(b"abc") == 5

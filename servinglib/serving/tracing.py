@@ -12,13 +12,13 @@ travels explicitly, as an OpenTelemetry ``Context`` holding the request's server
 item, and in :class:`~servinglib.model.CallScope` ``.trace`` for the steps of a composed
 model. Nothing depends on which thread or event loop carries the request.
 
-A request not sampled costs one random draw (or, with a ``traceparent``, one header
-parse) and nothing else: no span, no context, no exemplar. A sampled one costs one span
-through the tracer (the server span, so that the sampler decides) and, for the spans that
-end where they start (``parse``, ``admit``, ``queue``, ``predict``, ``predict_batch``,
-``encode``), a finished ``ReadableSpan`` handed straight to the span processor: a child of
-a recording span is always sampled, so the sampler, the live span's lock and its attribute
-cleaning would only add cost (a third of a sampled request's, measured).
+A request not sampled costs one random draw (or, with a ``traceparent``, its parse and
+the sampler's decision) and nothing more: no span, no context, no exemplar. A sampled
+one starts one span through the tracer (the server span, so that the sampler decides);
+the spans that end where they start (``parse``, ``admit``, ``queue``, ``predict``,
+``predict_batch``, ``encode``) go to the span processor as finished ``ReadableSpan``
+objects: a child of a recording span is sampled with it, so the sampler, the live span's
+lock and its attribute checks would only add cost (half of a sampled request's span work).
 
 Spans, under the server span of each request: ``parse`` (decoding and protocol checks),
 ``admit`` (routing and input validation), ``queue`` (waiting for a batch), ``predict``

@@ -186,7 +186,8 @@ def test_a_candidate_identical_to_the_baseline_is_never_rolled_back_in_20_seeded
     p_min = {
         n: min(g["p_value"] for g in looked if g["gate"] == n) for n in ("error_rate", "latency")
     }
-    ratio = max(g["candidate"] / g["baseline"] for g in looked if g["gate"] == "latency")
+    latency = [g for g in looked if g["gate"] == "latency" and g["baseline"] > 0]
+    ratio = max(g["candidate"] / g["baseline"] for g in latency)
     print(f"{len(looked)} gate looks: smallest p {p_min}, largest latency ratio {ratio:.2f}")
     # The noise was genuine: both versions failed now and then, at the same 1 % rate.
     failed: Counter[str] = Counter()

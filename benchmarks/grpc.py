@@ -5,7 +5,12 @@
 ``DIR`` holds ``bin/perf_analyzer`` and ``lib/`` (what ``tests/integration/_tools.py``
 builds into its cache from the tritonclient 2.50.0 wheel). One servinglib server (2 asyncio
 workers, ``server.grpc_port`` set) serves both protocols; Triton's ``perf_analyzer`` drives
-it with ``-i http`` (binary tensors in and out) and ``-i grpc`` (raw contents), in turns:
+it with ``-i http`` (binary tensors in and out) and ``-i grpc`` (raw contents), in turns.
+Each concurrent request gets its own connection under both protocols: perf_analyzer's HTTP
+client opens one per context, and its gRPC client is run with
+``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`` (by default its contexts share a channel,
+one HTTP/2 connection, six at a time; the kernel hands each connection to one worker, so 32
+contexts made 6 connections, split 5:1 over the workers in one run). Setups:
 
 * MiniLM INT8 (``runtime: onnx``, dynamic batching; needs
   ``python examples/sentence-embeddings/prepare.py``) with the benchmark sentence's token
@@ -39,6 +44,11 @@ from minilm import MODEL, servinglib_service, tokens
 from run import BIN, ROOT, _env, _machine, write_docs
 
 TRIVIAL = ROOT / "benchmarks/services/trivial"
+# One HTTP/2 connection per perf_analyzer context, as its HTTP client has one per context.
+CLIENT_ENV: dict[str, dict[str, str]] = {
+    "http": {},
+    "grpc": {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"},
+}
 TRIVIAL_TENSORS = """    inputs: [{name: values, datatype: FP32, shape: [16]}]
     outputs: [{name: sum, datatype: FP64, shape: [1]}]
 """
@@ -83,7 +93,7 @@ def perf(tool: Path, setup: Setup, address: str, protocol: str, seconds: float) 
             *(formats if protocol == "http" else ()),
             *setup.options,
         ]
-        env = {**os.environ, "LD_LIBRARY_PATH": str(tool / "lib")}
+        env = {**os.environ, "LD_LIBRARY_PATH": str(tool / "lib"), **CLIENT_ENV[protocol]}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
             raise SystemExit(f"perf_analyzer failed:\n{done.stdout}\n{done.stderr}")
@@ -170,9 +180,10 @@ def render(runs: Runs, command: str, load: tuple[float, float]) -> str:
         "One server, 2 asyncio workers, REST and gRPC on their own ports; `perf_analyzer -i "
         "http` (binary tensors in and out) and `-i grpc` (raw contents) in turns. Each row is "
         "the median run; *gRPC / REST* is the median over rounds of the ratio of requests/s. "
-        "perf_analyzer's gRPC client multiplexes its calls over few HTTP/2 connections, and "
-        "the kernel hands each connection to one worker; its HTTP client opens one connection "
-        "per concurrent request.",
+        "Every concurrent request has its own connection under both protocols (the gRPC "
+        "client runs with `TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`; by default six of "
+        "its contexts share one HTTP/2 connection, and the kernel hands each connection to "
+        "one worker).",
         "",
         "| model | concurrency | protocol | requests/s | gRPC / REST | p50 ms | p99 ms |",
         "|---|---:|---|---:|---:|---:|---:|",

@@ -3,10 +3,12 @@ that a busy machine cannot blur.
 
     python benchmarks/request_instructions.py --baseline DIR    # DIR: git archive REV servinglib | tar -x -C DIR
     python benchmarks/request_instructions.py --requests 800
+    python benchmarks/request_instructions.py --env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:9/v1/traces  # tracing on, nothing sampled
 
 Requests/s on a shared machine moves by 20 % between runs of the same tree; instructions do
 not. Each tree serves the trivial model (benchmarks/services/trivial, metrics and the JSON
-access log on) in one process: the asyncio worker's own HTTP protocol class and ASGI app,
+access log on; ``--env`` adds environment variables, e.g. to turn tracing on, as a worker
+does after its fork) in one process: the asyncio worker's own HTTP protocol class and ASGI app,
 fed complete requests over 8 kept-alive in-memory connections (no sockets, so the kernel's
 share is left out). After a warm-up, valgrind's callgrind counts the instructions of every
 thread (the event loop, the log writer, the watchdog) over ``--requests`` requests.
@@ -85,7 +87,9 @@ async def _serve(requests: int, flag: str) -> None:
     from servinglib.monitoring.logs import configure_logging
     from servinglib.serve.app import worker_from_environment
     from servinglib.serve.asgi_worker import limited_protocol
+    from servinglib.serve.tracing_setup import start_tracing, stop_tracing
 
+    start_tracing()  # when --env asks for it, as gunicorn's post_fork hook does
     serving = worker_from_environment()
     server = serving.config.server
     configure_logging(server.log_level, server.log_format)
@@ -124,10 +128,11 @@ async def _serve(requests: int, flag: str) -> None:
     while not os.path.exists(flag + ".stop"):
         await asyncio.sleep(0.05)
     serving.close()
+    stop_tracing()
 
 
-def count(tree: Path | None, requests: int) -> float:
-    """Instructions per request of ``tree`` (None: this checkout)."""
+def count(tree: Path | None, requests: int, environ: dict[str, str] | None = None) -> float:
+    """Instructions per request of ``tree`` (None: this checkout), ``environ`` added."""
     work = Path(tempfile.mkdtemp(prefix="servinglib-instructions-"))
     flag, out = str(work / "flag"), work / "callgrind.out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVINGLIB_")}
@@ -135,6 +140,7 @@ def count(tree: Path | None, requests: int) -> float:
         "PYTHONPATH": str(tree or ROOT),
         "SERVINGLIB_CONFIG": str(CONFIG),
         "PROMETHEUS_MULTIPROC_DIR": str(work),
+        **(environ or {}),
     }
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     command += [sys.executable, __file__, "--child", str(requests), flag]
@@ -173,7 +179,11 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another source tree of servinglib")
     parser.add_argument("--requests", type=int, default=400, help="requests counted per tree")
     parser.add_argument("--repeats", type=int, default=1, help="counts per tree (median kept)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="for both trees"
+    )
     args = parser.parse_args()
+    environ = dict(pair.split("=", 1) for pair in args.env)
     trees: list[tuple[str, Path | None]] = [("this tree", None)]
     if args.baseline:
         trees.append((f"baseline {args.baseline}", args.baseline))
@@ -181,7 +191,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for label, tree in trees:
             started = time.monotonic()
-            counts[label].append(count(tree, args.requests))
+            counts[label].append(count(tree, args.requests, environ))
             print(f"{label}: {counts[label][-1]:,.0f} ({time.monotonic() - started:.0f} s)")
     medians = {label: sorted(c)[len(c) // 2] for label, c in counts.items()}
     print("| tree | instructions per /infer request |\n|---|---|")

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from servinglib.config.rollout_policy import RolloutPolicy, RolloutStep
 from servinglib.config.spec import ServiceConfig
-from servinglib.delivery.evidence import Snapshot, read_snapshot
+from servinglib.delivery.evidence import Snapshot, read_snapshots
 from servinglib.delivery.gates import FAIL, PASS, UNKNOWN, GateResult, evaluate_gates, look_due
 from servinglib.lifecycle.rollout_state import (
     ABORTED,
@@ -79,6 +79,24 @@ class Readings(Protocol):
         """JSON-ready readings of this evaluation."""
 
 
+ReadSnapshots = Callable[[Sequence[str]], Mapping[str, Snapshot]]
+
+
+class _TickReads:
+    """The snapshots of one tick, read on first use, for every model at once (a finished
+    rollout reads nothing)."""
+
+    def __init__(self, read: ReadSnapshots, models: Sequence[str]) -> None:
+        self._read = read
+        self._models = models
+        self._snapshots: Mapping[str, Snapshot] | None = None
+
+    def __call__(self, model: str) -> Snapshot:
+        if self._snapshots is None:
+            self._snapshots = self._read(self._models)
+        return self._snapshots[model]
+
+
 def step_weights(baseline: str, candidate: str, step: RolloutStep) -> dict[str, float]:
     """The traffic split of ``step``: the candidate's weight %, the rest to the baseline."""
     if step.weight >= 100:
@@ -101,7 +119,7 @@ class RolloutController:
         config: ServiceConfig,
         actions: Actions,
         listener: Listener | None = None,
-        read: Callable[[str], Snapshot] = read_snapshot,
+        read: ReadSnapshots = read_snapshots,
         clock: Callable[[], float] = time.time,
         readings: Readings | None = None,
     ) -> None:
@@ -134,9 +152,10 @@ class RolloutController:
     def _loop(self) -> None:
         interval = min(p.interval_s for p in self.policies.values())
         while not self._stop.wait(interval):
+            reads = _TickReads(self._read, list(self.policies))
             for model in self.policies:
                 try:
-                    self.tick(model)
+                    self.tick(model, reads)
                 except Exception:  # the next tick retries; the master must not die
                     log.exception("rollout of %r: evaluation failed", model)
 
@@ -152,8 +171,9 @@ class RolloutController:
             save_state(policy.state_dir, state)
         return state
 
-    def tick(self, model: str) -> RolloutState:
-        """One evaluation of ``model``'s rollout, and the action it calls for."""
+    def tick(self, model: str, reads: Callable[[str], Snapshot] | None = None) -> RolloutState:
+        """One evaluation of ``model``'s rollout, and the action it calls for; ``reads``:
+        the snapshots of this tick, shared by every model (default: read ``model`` now)."""
         with self._lock:
             policy = self.policies[model]
             state = self.state(model)
@@ -161,7 +181,7 @@ class RolloutController:
             if state.status not in ACTIVE:
                 self._converge_finished(state)
             elif self._candidate_ready(state):
-                self._evaluate(policy, state)
+                self._evaluate(policy, state, reads or _TickReads(self._read, [model]))
             save_state(policy.state_dir, state)
             return state
 
@@ -174,10 +194,12 @@ class RolloutController:
             self._roll_back(state, "the candidate failed to load in every worker")
         return False
 
-    def _evaluate(self, policy: RolloutPolicy, state: RolloutState) -> None:
+    def _evaluate(
+        self, policy: RolloutPolicy, state: RolloutState, reads: Callable[[str], Snapshot]
+    ) -> None:
         step = policy.steps[state.step]
         self._actions.set_traffic(state.model, step_weights(state.baseline, state.candidate, step))
-        now = self._read(state.model)
+        now = reads(state.model)
         if state.window_start is None:
             state.window_start = now.to_json()
             return

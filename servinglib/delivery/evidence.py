@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,13 @@ from prometheus_client import CollectorRegistry, multiprocess
 
 from servinglib.monitoring.metrics import multiprocess_dir
 
-__all__ = ["FAILED_OUTCOMES", "Counts", "Snapshot", "read_snapshot", "snapshot_from_samples"]
+__all__ = [
+    "FAILED_OUTCOMES",
+    "Counts",
+    "Snapshot",
+    "read_snapshots",
+    "snapshot_from_samples",
+]
 
 # Outcomes that are the server's (or the model's) fault: the error-rate gate counts these.
 # Client mistakes (invalid_input, not_found, too_large) and load shedding are not the
@@ -160,16 +166,21 @@ def snapshot_from_samples(model: str, samples: Iterable[Sample], t: float) -> Sn
     return snapshot
 
 
-def read_snapshot(model: str, registry: CollectorRegistry | None = None) -> Snapshot:
-    """The current snapshot of ``model``: every worker's files in multiprocess mode."""
+def read_snapshots(
+    models: Sequence[str], registry: CollectorRegistry | None = None
+) -> dict[str, Snapshot]:
+    """The current snapshot of each of ``models``: every worker's files in multiprocess
+    mode, read once for all of them (a read costs about 0.3 s of CPU per few thousand
+    series on a busy machine: one read per model and tick would starve the workers)."""
     if registry is None:
         registry = CollectorRegistry()
         if multiprocess_dir():
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    samples = (
+    samples = [
         (sample.name, sample.labels, sample.value)
         for metric in registry.collect()
         for sample in metric.samples
         if not math.isnan(sample.value)
-    )
-    return snapshot_from_samples(model, samples, time.time())
+    ]
+    t = time.time()
+    return {model: snapshot_from_samples(model, samples, t) for model in models}

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,7 @@ class _World:
                     break
         self.t += 1.0
 
-    def snapshot(self, model: str) -> Snapshot:
+    def snapshots(self, models: Sequence[str]) -> dict[str, Snapshot]:
         versions = {}
         for version, counts in self.counts.items():
             cumulative, running = {}, 0.0
@@ -107,7 +108,7 @@ class _World:
                 running += counts.buckets.get(bound, 0.0)
                 cumulative[bound] = running
             versions[version] = Counts(counts.requests, counts.failed, cumulative)
-        return Snapshot(self.t, versions)
+        return dict.fromkeys(models, Snapshot(self.t, versions))
 
 
 def simulate(
@@ -129,7 +130,7 @@ def simulate(
     controller = RolloutController(
         ServiceConfig("sim", Path("sim.yaml"), (model,)),
         world,
-        read=world.snapshot,
+        read=world.snapshots,
         clock=lambda: world.t,
     )
     state = controller.tick("m")

@@ -77,11 +77,28 @@ def start_tracing() -> bool:
     # other sampler is the SDK's, read from OTEL_TRACES_SAMPLER
     sampler = None if root_ratio is None else ParentBased(ALWAYS_ON)
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "servinglib")})
-    provider = TracerProvider(sampler=sampler, resource=resource)
+    provider = TracerProvider(sampler=sampler, resource=_hashed_once(resource))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     _State.provider = provider
     tracing.ACTIVE = tracing.Tracing(provider.get_tracer("servinglib"), root_ratio)
     return True
+
+
+def _hashed_once(resource: Any) -> Any:
+    """``resource`` with its hash computed once: the OTLP encoder groups every exported
+    span by its resource, and ``Resource.__hash__`` serialises the attributes to JSON each
+    time (a fifth of the encoding). Its attributes are immutable, so is its hash."""
+    from opentelemetry.sdk.resources import Resource
+
+    class HashedResource(Resource):
+        _hash: int | None = None
+
+        def __hash__(self) -> int:
+            if self._hash is None:
+                self._hash = super().__hash__()
+            return self._hash
+
+    return HashedResource(resource.attributes, resource.schema_url)
 
 
 def _root_ratio() -> float | None:

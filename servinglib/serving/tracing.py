@@ -12,6 +12,14 @@ travels explicitly, as an OpenTelemetry ``Context`` holding the request's server
 item, and in :class:`~servinglib.model.CallScope` ``.trace`` for the steps of a composed
 model. Nothing depends on which thread or event loop carries the request.
 
+A request not sampled costs one random draw (or, with a ``traceparent``, its parse and
+the sampler's decision) and nothing more: no span, no context, no exemplar. A sampled
+one starts one span through the tracer (the server span, so that the sampler decides);
+the spans that end where they start (``parse``, ``admit``, ``queue``, ``predict``,
+``predict_batch``, ``encode``) go to the span processor as finished ``ReadableSpan``
+objects: a child of a recording span is sampled with it, so the sampler, the live span's
+lock and its attribute checks would only add cost (half of a sampled request's span work).
+
 Spans, under the server span of each request: ``parse`` (decoding and protocol checks),
 ``admit`` (routing and input validation), ``queue`` (waiting for a batch), ``predict``
 (the model call; in a batch, linked to the batch's span), ``encode``; one ``predict_batch``
@@ -62,6 +70,7 @@ class Tracing:
         self._server = trace.SpanKind.SERVER
         self._internal = trace.SpanKind.INTERNAL
         self._error = trace.Status(trace.StatusCode.ERROR)
+        self._finished = _FinishedSpans(tracer)
 
     # --- request spans -------------------------------------------------------------------
     def start_request(self, header: Header, name: str, protocol: str) -> tuple[Any, Any]:
@@ -126,11 +135,9 @@ class Tracing:
         """A finished span under ``context`` from ``started_ns`` (``time.time_ns()``) to now."""
         if context is None:
             return None
-        span = self._tracer.start_span(
-            name, context, self._internal, attributes, links, start_time=started_ns
-        )
-        span.end(ended_ns)
-        return span
+        parent = self._trace.get_current_span(context).get_span_context()
+        ended = time.time_ns() if ended_ns is None else ended_ns
+        return self._finished.emit(name, parent, started_ns, ended, attributes, links)
 
     def around_batch(
         self, run: Callable[[], None], contexts: Sequence[Any], queued_s: Sequence[float]
@@ -163,16 +170,15 @@ class Tracing:
             self.record("queue", context, started_ns - int(waited * 1e9), ended_ns=started_ns)
             self.record("predict", context, started_ns, {"servinglib.batch_size": 1})
             return
-        links = [Link(self._trace.get_current_span(c).get_span_context()) for c, _ in sampled]
-        batch = self._tracer.start_span(
+        parents = [self._trace.get_current_span(c).get_span_context() for c, _ in sampled]
+        batch = self._finished.emit(
             "predict_batch",
-            sampled[0][0],
-            self._internal,
+            parents[0],
+            started_ns,
+            ended_ns,
             {"servinglib.batch_size": size},
-            links,
-            start_time=started_ns,
+            [Link(parent) for parent in parents],
         )
-        batch.end(ended_ns)
         to_batch = [Link(batch.get_span_context())]
         for context, waited in sampled:
             self.record("queue", context, started_ns - int(waited * 1e9), ended_ns=started_ns)
@@ -215,6 +221,62 @@ class Tracing:
         if not span_context.is_valid:
             return None
         return f"{span_context.trace_id:032x}", f"{span_context.span_id:016x}"
+
+
+class _FinishedSpans:
+    """Spans recorded once finished, straight to the tracer's span processor.
+
+    Only for children of a recording span (so sampled, as their parent), which the
+    request path times itself: the same ``ReadableSpan`` the SDK's ``Span.end`` would
+    hand the processor, with the tracer's resource and scope, without the live span.
+    """
+
+    def __init__(self, tracer: Any) -> None:
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+        from opentelemetry.trace import SpanContext, SpanKind
+
+        self._readable = ReadableSpan
+        self._context = SpanContext
+        self._internal = SpanKind.INTERNAL
+        self._processor = tracer.span_processor
+        self._ids = tracer.id_generator
+        self._resource = tracer.resource
+        info = tracer.instrumentation_info  # the tracer's scope (equal, so grouped with it)
+        self._scope = InstrumentationScope(info.name, info.version, info.schema_url)
+
+    def emit(
+        self,
+        name: str,
+        parent: Any,
+        started_ns: int,
+        ended_ns: int,
+        attributes: Mapping[str, Any] | None,
+        links: Sequence[Any],
+    ) -> Any:
+        """Record the span ``name`` under ``parent`` (a span context) and return it."""
+        context = self._context(
+            parent.trace_id,
+            self._ids.generate_span_id(),
+            False,
+            parent.trace_flags,
+            parent.trace_state,
+        )
+        span = self._readable(
+            name,
+            context,
+            parent,
+            self._resource,
+            dict(attributes) if attributes else None,
+            (),
+            tuple(links),
+            self._internal,
+            start_time=started_ns,
+            end_time=ended_ns,
+            instrumentation_scope=self._scope,
+        )
+        self._processor.on_end(span)
+        return span
 
 
 def trace_id_of(context: Any) -> str:

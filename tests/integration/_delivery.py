@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -138,12 +139,17 @@ def wait_rollout(
 
 def version_outcomes(url: str, version: str) -> Counter[str]:
     """``servinglib_requests_total`` of model m's ``version`` by outcome, from /metrics."""
-    outcomes: Counter[str] = Counter()
-    for line in requests.get(f"{url}/metrics", timeout=10).text.splitlines():
-        wanted = ('model="m"', f'version="{version}"')
-        if line.startswith("servinglib_requests_total{") and all(w in line for w in wanted):
-            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
-            outcomes[outcome] += int(float(line.rsplit(" ", 1)[1]))
+    return all_outcomes(url).get(("m", version), Counter())
+
+
+def all_outcomes(url: str) -> dict[tuple[str, str], Counter[str]]:
+    """``servinglib_requests_total`` by (model, version), then outcome: one read of /metrics."""
+    outcomes: dict[tuple[str, str], Counter[str]] = {}
+    for line in requests.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("servinglib_requests_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            counts = outcomes.setdefault((labels["model"], labels["version"]), Counter())
+            counts[labels["outcome"]] += int(float(line.rsplit(" ", 1)[1]))
     return outcomes
 
 

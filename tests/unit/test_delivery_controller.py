@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from servinglib.config.rollout_policy import RolloutPolicy, RolloutStep
-from servinglib.config.spec import load_config
+from servinglib.config.spec import ModelConfig, ServiceConfig, load_config
+from servinglib.delivery.controller import RolloutController
+from servinglib.delivery.evidence import Snapshot
 from servinglib.delivery.simulation import Behaviour, simulate
 from servinglib.lifecycle.registry import ModelRegistry
 from servinglib.lifecycle.rollout import RolloutWatcher, read_desired_state
@@ -83,3 +87,45 @@ def test_the_traffic_split_reaches_the_lanes_and_is_written_once(tmp_path: Path)
         assert {lane.route(None, f"user-{i}").version for i in range(200)} == {"2"}
     finally:
         admin.stop()
+
+
+class _Ready:
+    """Actions of workers where every version is loaded and ready."""
+
+    def default_version(self, model: str) -> str:
+        return "1"
+
+    def ensure_loaded(self, model: str, version: str) -> None:
+        pass
+
+    def ready_states(self, model: str, version: str) -> dict[str, str]:
+        return {"1": "READY", "2": "READY"}
+
+    def set_traffic(self, model: str, weights: dict[str, float]) -> None:
+        pass
+
+    def promote(self, model: str, version: str) -> None:
+        pass
+
+
+def test_each_tick_reads_the_metric_files_once_for_every_model(tmp_path: Path) -> None:
+    reads: list[list[str]] = []
+    ticked = threading.Event()
+
+    def read(models: Sequence[str]) -> dict[str, Snapshot]:
+        reads.append(list(models))
+        if len(reads) >= 3:
+            ticked.set()
+        return {m: Snapshot(float(len(reads))) for m in models}
+
+    policy = RolloutPolicy("2", STEPS, tmp_path, interval_s=0.01)
+    models = tuple(ModelConfig(name, "x:y", Path(), "1", rollout=policy) for name in "abc")
+    controller = RolloutController(
+        ServiceConfig("s", Path("s.yaml"), models), _Ready(), read=read, readings=lambda *_: {}
+    )
+    controller.start()
+    try:
+        assert ticked.wait(30)
+    finally:
+        controller.stop()
+    assert reads[:3] == [["a", "b", "c"]] * 3  # one read per tick, not one per model

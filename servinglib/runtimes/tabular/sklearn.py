@@ -107,12 +107,22 @@ class SklearnModel(TabularModel):
         results = {}
         if PREDICT in outputs:
             predicted = np.asarray(self.estimator.predict(rows))
+            if self.settings.runtime_options.get("classes") is not None:
+                predicted = self._renamed(predicted)
             results[PREDICT] = (
                 predicted.astype(object) if predicted.dtype.kind == "U" else predicted
             )
         if PREDICT_PROBA in outputs:
             results[PREDICT_PROBA] = np.asarray(self.estimator.predict_proba(rows))
         return results
+
+    def _renamed(self, predicted: np.ndarray) -> np.ndarray:
+        """The estimator's labels as ``runtime_options.classes`` names them (same order as
+        ``classes_``, the columns of ``predict_proba``)."""
+        fitted = np.asarray(self.estimator.classes_)
+        index = np.searchsorted(fitted, predicted)  # classes_ is sorted (np.unique)
+        named: np.ndarray = self.class_labels[np.clip(index, 0, len(fitted) - 1)]
+        return named
 
 
 def _declared_count(inputs: Sequence[TensorSpec]) -> int | None:

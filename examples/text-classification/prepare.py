@@ -341,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    parser.add_argument("--quick", action="store_true", help="shorter MiniLM latency measurement")
     parser.add_argument(
         "--report-dir",
         type=Path,
@@ -352,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        prepare(force=args.force, report_dir=args.report_dir)
+        prepare(force=args.force, report_dir=args.report_dir, quick=args.quick)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

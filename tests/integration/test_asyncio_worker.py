@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from urllib.parse import urlparse
 
 import pytest
 import requests
+
+from tests.conftest import LiveServer, launch, stop
 
 pytestmark = pytest.mark.integration
 
@@ -37,11 +40,10 @@ class Slow(servinglib.Model):
 '''
 
 
-@pytest.fixture
-def slow_service(tmp_path: Path) -> Path:
-    (tmp_path / "models" / "slow" / "1").mkdir(parents=True)
-    (tmp_path / "models" / "slow" / "model.py").write_text(SLOW_MODEL)
-    config = tmp_path / "servinglib.yaml"
+def write_slow_service(directory: Path) -> Path:
+    (directory / "models" / "slow" / "1").mkdir(parents=True)
+    (directory / "models" / "slow" / "model.py").write_text(SLOW_MODEL)
+    config = directory / "servinglib.yaml"
     config.write_text(
         "service: slow\n"
         "server: {max_request_body_bytes: 4096}\n"
@@ -55,6 +57,24 @@ def slow_service(tmp_path: Path) -> Path:
     return config
 
 
+@pytest.fixture
+def slow_service(tmp_path: Path) -> Path:
+    return write_slow_service(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def asyncio_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The slow service on one asyncio worker with 4 threads, shared by the tests that only
+    send it requests (each leaves it idle within seconds: a deadline's call ends after 3 s)."""
+    directory = tmp_path_factory.mktemp("slow")
+    server = launch(
+        write_slow_service(directory), directory, "--workers", "1", "--threads", "4",
+        "--worker", "asyncio",
+    )  # fmt: skip
+    yield server
+    stop(server.process)
+
+
 def infer(url: str, seconds: float, **headers: str) -> requests.Response:
     return requests.post(
         f"{url}/infer", json={"model_id": "slow", "features": {"x": seconds}}, headers=headers
@@ -62,9 +82,9 @@ def infer(url: str, seconds: float, **headers: str) -> requests.Response:
 
 
 def test_slow_unbatched_calls_run_in_parallel_and_never_block_the_loop(
-    start_server: Any, slow_service: Path
+    asyncio_server: LiveServer,
 ) -> None:
-    server = start_server(slow_service, "--workers", "1", "--threads", "4", "--worker", "asyncio")
+    server = asyncio_server
     with ThreadPoolExecutor(8) as pool:
         started = time.perf_counter()
         # Margins wide enough for a loaded 2-core machine: a blocked loop or serial calls
@@ -82,10 +102,8 @@ def test_slow_unbatched_calls_run_in_parallel_and_never_block_the_loop(
     assert total_s < 6.0, f"4 calls of 2 s on 4 threads took {total_s:.2f} s"
 
 
-def test_deadline_answers_504_while_the_model_still_runs(
-    start_server: Any, slow_service: Path
-) -> None:
-    server = start_server(slow_service, "--workers", "1", "--worker", "asyncio")
+def test_deadline_answers_504_while_the_model_still_runs(asyncio_server: LiveServer) -> None:
+    server = asyncio_server
     started = time.perf_counter()
     answer = infer(server.url, 3.0, **{"x-envoy-expected-rq-timeout-ms": "200"})
     elapsed = time.perf_counter() - started
@@ -114,9 +132,9 @@ def _chunked_post(url: str, path: str, size: int) -> tuple[int, dict[str, Any]]:
 
 @pytest.mark.parametrize("path", ["/infer", "/v2/models/slow/infer"])
 def test_chunked_body_over_the_limit_is_refused_with_413(
-    start_server: Any, slow_service: Path, path: str
+    asyncio_server: LiveServer, path: str
 ) -> None:
-    server = start_server(slow_service, "--workers", "1", "--worker", "asyncio")
+    server = asyncio_server
     status, answer = _chunked_post(server.url, path, 10_000)
     assert status == 413
     assert "4096 bytes" in answer["error"]
@@ -137,14 +155,17 @@ def _raw(url: str, head: bytes) -> bytes:
 
 @pytest.mark.parametrize("worker", ["asyncio", "gthread"])
 def test_header_limits_hold_under_the_asyncio_worker(
-    start_server: Any, slow_service: Path, worker: str
+    start_server: Any, slow_service: Path, asyncio_server: LiveServer, worker: str
 ) -> None:
     """httptools has no limits of its own: server.max_header_bytes and max_headers apply.
 
     (The name is historical: gthread, which reads heads on its main thread, is held to the
     same limits.)
     """
-    server = start_server(slow_service, "--workers", "1", "--worker", worker)
+    if worker == "asyncio":
+        server = asyncio_server
+    else:
+        server = start_server(slow_service, "--workers", "1", "--worker", worker)
     too_many = b"".join(b"x-h%d: 1\r\n" % i for i in range(101))
     heads = {
         "fields": b"GET /livez HTTP/1.1\r\nHost: x\r\n" + too_many + b"\r\n",

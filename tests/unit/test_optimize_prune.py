@@ -130,7 +130,8 @@ def test_pruning_halves_channels_keeps_accuracy_and_is_faster_interleaved(
     # claimed only when the rounds separate, otherwise the report says why not
     assert pruned["p50_ms"] < base["p50_ms"]
     claim = pruned["p50_vs_unpruned"]
-    assert claim.startswith("p50 ")
+    # "p50 1.6x faster (rounds ...)", or on a busy machine "p50: no measurable difference (...)"
+    assert claim.startswith("p50"), claim
     assert "faster" in claim or "no measurable difference (" in claim, claim
     assert (tmp_path / "pruned" / "prune-curve.png").stat().st_size > 1000
     # the written model is a dense ONNX graph with 384-wide layers that answers like torch

@@ -1,11 +1,14 @@
 """What tracing costs the trivial model at concurrency 8 and MiniLM INT8 at concurrency 32
 (when ``examples/sentence-embeddings`` is prepared); results go to docs/benchmarks.md.
 
-    python benchmarks/tracing.py [--seconds 5] [--repeats 3] [--skip-minilm]
+    python benchmarks/tracing.py [--seconds 5] [--repeats 3] [--instances 1] [--skip-minilm]
 
-For each model, four servers (2 asyncio workers, metrics on; the JSON access log on for the
-trivial model, off for MiniLM as in benchmarks/minilm.py), side by side,
-runs round-robin, the median run kept:
+For each model, four setups (2 asyncio workers, metrics on; the JSON access log on for the
+trivial model, off for MiniLM as in benchmarks/minilm.py), side by side, runs round-robin,
+the median run kept. ``--instances N`` serves each setup from N identical servers, their
+runs pooled: two servers running the same code differ by a few percent between them (where
+their workers and memory land), which a single server per setup reads as the setup's cost.
+The setups:
 
 * OpenTelemetry not installed (a stub ``opentelemetry`` package that fails to import comes
   first on the path);
@@ -110,10 +113,11 @@ def _workers(server: Server) -> list[str]:
 
 
 def measure(
-    model: str, seconds: float, repeats: int, workdir: Path
+    model: str, seconds: float, repeats: int, workdir: Path, instances: int = 1
 ) -> tuple[list[LoadResult], list[float]]:
     """The median run of each setup serving ``model`` (``trivial`` at concurrency 8,
-    ``minilm`` at 32), and its workers' median CPU microseconds per request."""
+    ``minilm`` at 32), and its workers' median CPU microseconds per request, over
+    ``instances`` identical servers per setup."""
     receiver = OtlpReceiver()
     otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
     stub = _without_opentelemetry(workdir)
@@ -131,25 +135,25 @@ def measure(
         "tracing on, 100 % sampled": ({**otlp, "OTEL_TRACES_SAMPLER": "always_on"}, None),
     }
     config, body, concurrency, threads = _scenario(model, workdir)
-    started: dict[str, Server] = {}
+    started: dict[tuple[str, int], Server] = {}
     runs: dict[str, list[LoadResult]] = {label: [] for label in setups}
     cpu: dict[str, list[float]] = {label: [] for label in setups}
     try:
-        for label, (env, first) in setups.items():
-            # the stub goes before this checkout, which the benchmark serves either way
-            source = None if first is None else Path(f"{first}:{ROOT}")
-            started[label] = start_servinglib(
-                config, workdir, threads=threads, source=source, env=env
-            )
-            run_hey(label, started[label].url + "/infer", body, concurrency, 2)  # warm-up
-        labels = list(started)
+        for instance in range(instances):
+            for label, (env, first) in setups.items():
+                # the stub goes before this checkout, which the benchmark serves either way
+                source = None if first is None else Path(f"{first}:{ROOT}")
+                server = start_servinglib(config, workdir, threads=threads, source=source, env=env)
+                started[label, instance] = server
+                run_hey(label, server.url + "/infer", body, concurrency, 2)  # warm-up
+        keys = list(started)
         for repeat in range(repeats):
-            turn = repeat % len(labels)
-            for label in labels[turn:] + labels[:turn]:
-                url = started[label].url + "/infer"
-                workers = _workers(started[label])
+            turn = repeat % len(keys)
+            for label, instance in keys[turn:] + keys[:turn]:
+                server = started[label, instance]
+                workers = _workers(server)
                 before = sum(_cpu_ticks(p) for p in workers)
-                result = run_hey(label, url, body, concurrency, seconds)
+                result = run_hey(label, server.url + "/infer", body, concurrency, seconds)
                 ticks = sum(_cpu_ticks(p) for p in workers) - before
                 runs[label].append(result)
                 cpu[label].append(ticks / 100 * 1e6 / result.requests)
@@ -231,8 +235,8 @@ def render(
         "With tracing off "
         "the request path makes no OpenTelemetry call: the code is the same whether the "
         "extra is installed or not, so the first difference is the machine's noise. For each "
-        "model the four servers run at once and the runs go round-robin; each row is the "
-        "median run. The "
+        "model the servers run at once and the runs go round-robin; each row is the "
+        "median run over every server of its setup. The "
         "OTLP receiver decoding the spans runs on the same 2 cores.",
         "",
         "Tracing work per request in process (`span_cost_us`): "
@@ -258,6 +262,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--instances", type=int, default=1, help="servers per setup")
     parser.add_argument("--skip-minilm", action="store_true", help="the trivial model only")
     args = parser.parse_args()
     load = "/".join(f"{x:.2f}" for x in os.getloadavg())
@@ -269,7 +274,9 @@ def main() -> int:
     measured = {}
     for model in models:
         with tempfile.TemporaryDirectory() as workdir:
-            measured[model] = measure(model, args.seconds, args.repeats, Path(workdir))
+            measured[model] = measure(
+                model, args.seconds, args.repeats, Path(workdir), args.instances
+            )
         for result, us in zip(*measured[model], strict=True):
             print(model, result.row(), f"{us:.0f} us CPU/request")
     spans_us = span_cost_us()

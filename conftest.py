@@ -12,7 +12,6 @@ from servinglib.monitoring.logs import flush_logs
 # request log, the OTLP receiver's spans, Kafka, Chromium), or shared by every process
 # (PostgreSQL's one database: mark those tests ``services``).
 SESSION_SERVICES = frozenset({"s3_store", "kafka_broker", "otlp_receiver", "chromium"})
-POSTGRES = "postgres"  # what the ``services`` marker stands for
 
 
 @pytest.fixture(autouse=True)
@@ -26,32 +25,26 @@ def _log_lines_written_inside_the_test() -> Iterator[None]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (bin/test), send each file whole to one worker.
 
-    A file's module-scoped servers then start once. The files that use session services
-    are grouped by the services they share (a file using Kafka and the OTLP receiver ties
-    every Kafka file to every OTLP file): each group runs on one worker, so each service
-    still starts once per run, while groups with no service in common run side by side.
-    The long groups are handed out first (bin/test turns off xdist's own order, by test
-    count): the services, then files that start servers, then the rest, with the many
-    short unit-test files last to even out the end of the run.
+    A file's module-scoped servers then start once, and every file that uses a session
+    service runs on the same worker, so each service starts once per run. The long groups
+    are handed out first (bin/test turns off xdist's own order, by test count): the
+    services, then files that start servers, then the rest, with the many short unit-test
+    files last to even out the end of the run.
     """
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    services_of: dict[str, set[str]] = {}
+    uses_services: set[str] = set()
     starts_servers: set[str] = set()
     for item in items:
         fixtures = getattr(item, "fixturenames", ())  # doctest items have none
-        used = SESSION_SERVICES.intersection(fixtures)
-        if item.get_closest_marker("services"):
-            used = used | {POSTGRES}
-        if used:
-            services_of.setdefault(str(item.path), set()).update(used)
+        if SESSION_SERVICES.intersection(fixtures) or item.get_closest_marker("services"):
+            uses_services.add(str(item.path))
         if item.get_closest_marker("integration"):
             starts_servers.add(str(item.path))
-    service_groups = _shared_service_groups(services_of)
 
     def rank(item: pytest.Item) -> int:
         path = str(item.path)
-        if path in service_groups:
+        if path in uses_services:
             return 0
         if path in starts_servers:
             return 1
@@ -59,7 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     loadgroup = getattr(config.option, "loadgroup", False)  # xdist sets it in its workers
     for item in items:
-        group = service_groups.get(str(item.path)) or item.nodeid.split("::")[0]
+        group = "services" if str(item.path) in uses_services else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
         if loadgroup and hasattr(item, "_id"):
             # xdist (3.8) tells the group by an "@group" suffix it writes to item._nodeid;
@@ -68,26 +61,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
             item._id = coerce_node_id(f"{item.nodeid}@{group}")
     items.sort(key=rank)  # stable: a file's tests keep their order
-
-
-def _shared_service_groups(services_of: dict[str, set[str]]) -> dict[str, str]:
-    """Each file's group: ``services-`` and the services of the connected set of files it
-    belongs to (files are connected when they use a service in common)."""
-    owner: dict[str, str] = {}  # service -> a representative service of its set
-
-    def find(service: str) -> str:
-        while owner.setdefault(service, service) != service:
-            service = owner[service]
-        return service
-
-    for used in services_of.values():
-        first, *rest = sorted(used)
-        for other in [first, *rest]:
-            owner[find(other)] = find(first)
-    members: dict[str, set[str]] = {}
-    for service in list(owner):
-        members.setdefault(find(service), set()).add(service)
-    return {
-        path: "services-" + "-".join(sorted(members[find(next(iter(used)))]))
-        for path, used in services_of.items()
-    }

@@ -66,7 +66,28 @@ def delivery_service(
     return path
 
 
-class Load:
+class LoadThreads:
+    """Client threads running ``_run`` from ``with`` until its end (``_stop`` set)."""
+
+    def __init__(self, threads: int) -> None:
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+
+    def _run(self) -> None:
+        raise NotImplementedError  # each load says what its threads send
+
+    def __enter__(self) -> LoadThreads:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+class Load(LoadThreads):
     """Requests ``i = 0, 1, 2...`` (routing key ``i``) from 4 threads until stopped; counts
     answers per (status, version). The same ``i`` fail and route the same way every run."""
 
@@ -76,8 +97,7 @@ class Load:
         self.errors: list[str] = []
         self._next = start
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run) for _ in range(4)]
+        super().__init__(4)
 
     def _take(self) -> int:
         with self._lock:
@@ -110,14 +130,8 @@ class Load:
             self._stop.wait(0.02)
 
     def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def wait_rollout(

@@ -27,7 +27,7 @@ import yaml
 from servinglib.lifecycle.rollout_state import read_evidence
 from servinglib.serve.admin_client import AdminClient
 from tests.conftest import LiveServer, free_port
-from tests.integration._delivery import ENV, FIXTURE, TOKEN, all_outcomes
+from tests.integration._delivery import ENV, FIXTURE, TOKEN, LoadThreads, all_outcomes
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ def noisy_service(root: Path, admin_port: int) -> Path:
     return path
 
 
-class SeededLoad:
+class SeededLoad(LoadThreads):
     """Requests from 6 keep-alive threads, round robin over the runs still going; run
     ``s`` sends ``i = 0, 1, 2...`` with routing key ``s:i`` whatever the thread timing."""
 
@@ -91,8 +91,7 @@ class SeededLoad:
         self._active = list(SEEDS)
         self._turn = 0
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run) for _ in range(6)]
+        super().__init__(6)
 
     def finish(self, seed: int) -> None:
         """Send no more requests to run ``seed``."""
@@ -135,14 +134,8 @@ class SeededLoad:
             connection.close()
 
     def __enter__(self) -> SeededLoad:
-        for thread in self._threads:
-            thread.start()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def test_a_candidate_identical_to_the_baseline_is_never_rolled_back_in_20_seeded_runs(

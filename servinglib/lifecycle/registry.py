@@ -133,7 +133,17 @@ class ModelRegistry:
                 found = self._versions[model].get(self.default_version(model))
                 if found is not None:
                     return found
-            version = self.default_version(model)
+            default = self.default_version(model)
+            if default not in self._versions[model]:  # configured, but not here (yet)
+                raise ModelNotReadyError(
+                    model,
+                    default,
+                    "not loaded",
+                    "the default version is not in this worker yet: its files are not in "
+                    "the repository or model cache (a store that has not answered, or a "
+                    "download in progress); /models shows the sync state",
+                )
+            version = default
         try:
             return self._versions[model][version]
         except KeyError:

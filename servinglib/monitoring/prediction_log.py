@@ -79,6 +79,32 @@ class Sink(Protocol):
         """Release the connection."""
 
 
+_SQLITE_BUSY_S = 30.0
+
+
+def _enable_wal(connection: sqlite3.Connection, path: str) -> None:
+    """Switch ``path`` to WAL, retrying while other workers switch it at the same moment.
+
+    Changing the journal mode needs the exclusive lock; SQLite answers "database is locked"
+    at once, without its busy handler, when two connections try together (workers starting
+    on a log an older release created in rollback mode).
+    """
+    deadline = time.monotonic() + _SQLITE_BUSY_S
+    delay = 0.005
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                raise sqlite3.OperationalError(
+                    f"prediction log {path}: cannot switch to WAL mode ({e}); another "
+                    "process holds the database: stop it, or use a file of this service's own"
+                ) from e
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 class SqliteSink:
     """SQLite in WAL mode, so readers never block the writer (one connection per worker)."""
 
@@ -88,8 +114,8 @@ class SqliteSink:
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
-            connection = sqlite3.connect(self._path, timeout=30, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
+            connection = sqlite3.connect(self._path, timeout=_SQLITE_BUSY_S, isolation_level=None)
+            _enable_wal(connection, self._path)
             connection.execute("PRAGMA synchronous=NORMAL")
             prepare_sqlite(connection)
             connection.isolation_level = "DEFERRED"  # one implicit transaction per write

@@ -193,7 +193,14 @@ def test_store_down_warm_cache_serves_cold_cache_waits_for_the_store(
                 lambda: (r := _ready_answer(base)) is not None and r.status_code == 200,
                 "ready once the store answers",
             )
-            assert infer(base)["output"] == {"score": 3.0}
+            # /readyz answered for one worker; until the other has loaded too, it answers
+            # 503 with Retry-After (the version is coming), never 404.
+            answers: list[requests.Response] = []
+            wait_until(lambda: _infer_answer(base, answers).status_code == 200, "an answer")
+            early = [(r.status_code, r.headers.get("Retry-After")) for r in answers[:-1]]
+            assert set(early) <= {(503, "5")}, [r.text for r in answers]
+            assert all("not in this worker yet" in r.json()["error"] for r in answers[:-1])
+            assert answers[-1].json()["output"] == {"score": 3.0}
         finally:
             back.stop()
     finally:
@@ -206,6 +213,12 @@ def _python_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL",)} | {
         "PATH": os.environ.get("PATH", "")
     }
+
+
+def _infer_answer(base: str, answers: list[requests.Response]) -> requests.Response:
+    body = {"model_id": "scorer", "features": {"x": 1.0}}
+    answers.append(requests.post(f"{base}/infer", json=body, timeout=10))
+    return answers[-1]
 
 
 def _ready_answer(base: str) -> requests.Response | None:

@@ -144,6 +144,21 @@ def test_unknown_model_and_version_list_what_exists(tmp_path: Path) -> None:
         registry.get("adder", "7")
 
 
+def test_a_default_version_not_here_yet_is_not_ready_rather_than_unknown(
+    tmp_path: Path,
+) -> None:
+    # A cold model cache (the store down at start): the default is configured but absent.
+    config = make_repo(tmp_path, {"1": (1.0, 2.0)}, default="2")
+    registry = ModelRegistry(load_config(config, environ={}))
+    registry.load_all()
+    assert not registry.is_ready()
+    with pytest.raises(ModelNotReadyError, match="'2' is not loaded .*not in this worker yet"):
+        registry.get("adder")  # a 503 with Retry-After: the version is expected
+    with pytest.raises(VersionNotFoundError, match="available versions: 1"):
+        registry.get("adder", "2")  # a request naming it: this worker has no such version
+    assert registry.get("adder", "1").version == "1"
+
+
 def test_version_without_self_tests_is_refused_unless_allowed(tmp_path: Path) -> None:
     config = make_repo(tmp_path, {"1": (1.0, 2.0)})
     (tmp_path / "repo" / "1" / "test_data.json").unlink()

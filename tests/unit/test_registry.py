@@ -152,7 +152,7 @@ def test_a_default_version_not_here_yet_is_not_ready_rather_than_unknown(
     registry = ModelRegistry(load_config(config, environ={}))
     registry.load_all()
     assert not registry.is_ready()
-    with pytest.raises(ModelNotReadyError, match="'2' is not loaded .*not in this worker yet"):
+    with pytest.raises(ModelNotReadyError, match=r"'2' is not loaded .*not in this worker yet"):
         registry.get("adder")  # a 503 with Retry-After: the version is expected
     with pytest.raises(VersionNotFoundError, match="available versions: 1"):
         registry.get("adder", "2")  # a request naming it: this worker has no such version

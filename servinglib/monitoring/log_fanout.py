@@ -32,6 +32,8 @@ class PredictionLogs:
         self.loggers = tuple(loggers)
         self._rates = [logger.sample_rate for logger in self.loggers]
         self._everything = all(rate >= 1.0 for rate in self._rates)  # no draw to make
+        # One log that keeps everything (the usual setup): records go straight to it.
+        self._only = self.loggers[0] if self._everything and len(self.loggers) == 1 else None
 
     def sampled(self) -> bool:
         """True: each log draws per request id in :meth:`record`."""
@@ -46,6 +48,8 @@ class PredictionLogs:
     def record(self, answer: AnsweredPrediction) -> bool:
         """Queue ``answer`` in every log that samples its request id; False when one of
         them dropped it."""
+        if self._only is not None:
+            return self._only.record(answer)
         kept = [logger.record(answer) for logger in self._takers(answer.request_id)]
         return all(kept)
 

@@ -19,11 +19,14 @@ import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servinglib.errors import ConfigError
 from servinglib.monitoring.lake_features import flatten
-from servinglib.monitoring.prediction_events import json_text, lake_row
+from servinglib.monitoring.prediction_events import event_of, json_text, lake_row
+
+if TYPE_CHECKING:
+    from servinglib.serving.recording import AnsweredPrediction
 
 __all__ = ["LAKE_COLUMNS", "ParquetSink", "lake_schema"]
 
@@ -84,6 +87,10 @@ class ParquetSink:
         self._local = "file" in self._fs.protocol
         self._schema = lake_schema()
         self._count = itertools.count()
+
+    def write_answers(self, answers: Sequence[AnsweredPrediction], source: str) -> None:
+        """Add the events of ``answers`` (see :meth:`write`)."""
+        self.write([event_of(answer, source) for answer in answers])
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
         """Write one file per partition of ``events``."""

@@ -36,7 +36,7 @@ EVENT_TYPE = f"io.servinglib.prediction.v{SCHEMA_VERSION}"
 LAKE_SCHEMA_VERSION = 2  # 2: features as typed ``feature_<name>`` columns
 
 
-_second: list[tuple[int, str]] = [(-1, "")]  # the last second formatted, reused
+_second: list[tuple[int, str]] = [(-1, "")]  # the last second, as a format of its microseconds
 
 
 def rfc3339(seconds: float) -> str:
@@ -44,9 +44,9 @@ def rfc3339(seconds: float) -> str:
     whole = int(seconds)
     cached = _second[0]
     if cached[0] != whole:  # formatting a datetime costs more than the rest of the event
-        cached = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+        cached = (whole, time.strftime("%Y-%m-%dT%H:%M:%S.%%06dZ", time.gmtime(whole)))
         _second[0] = cached
-    return f"{cached[1]}.{int((seconds - whole) * 1e6):06d}Z"  # truncated, never 1000000
+    return cached[1] % ((seconds - whole) * 1e6)  # %d truncates: never 1000000
 
 
 def event_of(record: AnsweredPrediction, source: str) -> dict[str, Any]:

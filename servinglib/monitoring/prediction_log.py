@@ -210,6 +210,7 @@ class PredictionLogger:
         self._on_written = on_written
         self._on_truncated = on_truncated
         self._rng = rng
+        self._max_record_bytes = config.max_record_bytes
         self._buffer: RecordBuffer[AnsweredPrediction] = RecordBuffer(
             config.max_buffer, config.max_buffer_bytes, config.batch_size
         )
@@ -235,28 +236,29 @@ class PredictionLogger:
         Features or an output larger than ``max_record_bytes`` are replaced by a summary
         (counted as truncated); the buffer holds at most ``max_buffer_bytes``.
         """
-        if self._closed.is_set():
-            self._on_dropped(1)
-            return False
-        record, size = self._bounded(record)
-        if not self._buffer.put(record, size):
-            self._on_dropped(1)
-            return False
-        return True
+        features_bytes, output_bytes = approx_bytes(record.features), approx_bytes(record.output)
+        if features_bytes > self._max_record_bytes or output_bytes > self._max_record_bytes:
+            record, size = self._truncated(record, features_bytes, output_bytes)
+        else:
+            size = 256 + features_bytes + output_bytes
+        if self._buffer.put(record, size):  # refused once closed (or full)
+            return True
+        self._on_dropped(1)
+        return False
 
-    def _bounded(self, record: AnsweredPrediction) -> tuple[AnsweredPrediction, int]:
-        limit = self._config.max_record_bytes
+    def _truncated(
+        self, record: AnsweredPrediction, features_bytes: int, output_bytes: int
+    ) -> tuple[AnsweredPrediction, int]:
+        """``record`` with its oversized features or output summarised, and its size."""
+        limit = self._max_record_bytes
         features, output = record.features, record.output
-        feature_bytes, output_bytes = approx_bytes(features), approx_bytes(output)
-        if feature_bytes > limit:
-            features, feature_bytes = summary(features, feature_bytes), 256
+        if features_bytes > limit:
+            features, features_bytes = summary(features, features_bytes), 256
         if output_bytes > limit:
             output, output_bytes = summary(output, output_bytes), 256
-        if features is record.features and output is record.output:
-            return record, 256 + feature_bytes + output_bytes
         self._on_truncated(1)
         bounded = replace(record, features=features, output=output)
-        return bounded, 256 + feature_bytes + output_bytes
+        return bounded, 256 + features_bytes + output_bytes
 
     def _write_loop(self) -> None:
         interval = self._config.flush_interval_ms / 1000

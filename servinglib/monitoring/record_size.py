@@ -45,16 +45,22 @@ def approx_bytes(value: Any, depth: int = 0) -> int:
 def _mapping(value: Mapping[Any, Any], depth: int) -> int:
     if depth > 32:
         return 8
-    sample = islice(value.items(), _SAMPLE)
-    return _extrapolated(
-        len(value), [len(str(k)) + 4 + approx_bytes(v, depth + 1) for k, v in sample]
-    )
+    count = len(value)
+    if not count:
+        return 2
+    items = value.items() if count <= _SAMPLE else islice(value.items(), _SAMPLE)
+    total, nested = 0, depth + 1
+    for key, item in items:  # a loop, not a call per item: scalars are the usual values
+        kind = type(item)
+        size = 8 if kind in _SCALARS else approx_bytes(item, nested)
+        total += (len(key) if type(key) is str else len(str(key))) + 4 + size
+    return 2 + total * count // min(count, _SAMPLE)
 
 
 def _sequence(value: list[Any] | tuple[Any, ...], depth: int) -> int:
     if depth > 32:
         return 8
-    sample = value[:_SAMPLE]
+    sample = value if len(value) <= _SAMPLE else value[:_SAMPLE]
     if _SCALARS.issuperset(map(type, sample)):  # numbers only: 8 bytes and a comma each
         return 2 + 9 * len(value)
     return _extrapolated(len(value), [approx_bytes(v, depth + 1) + 1 for v in sample])

@@ -38,8 +38,11 @@ _CLOSE_REPLAY_S = 5.0  # how long a closing logger replays before leaving the re
 class EventSink(Protocol):
     """A destination of prediction events."""
 
+    def write_answers(self, answers: Sequence[AnsweredPrediction], source: str) -> None:
+        """Store the event of every answer (:func:`event_of` with ``source``), or raise."""
+
     def write(self, events: Sequence[dict[str, Any]]) -> None:
-        """Store every event, or raise."""
+        """Store every event (replayed from the spool), or raise."""
 
     def close(self) -> None:
         """Flush and release connections."""
@@ -65,6 +68,7 @@ class SinkLogger(PredictionLogger):
         self, config: LogSinkConfig, sink: EventSink, source: str, listener: SinkListener
     ) -> None:
         self.name = config.name
+        self._events = sink  # also self._sink: the base class closes it
         self._source = source
         self._listener = listener
         self._spool = Spool(config.spool_dir, config.spool_max_bytes)
@@ -83,7 +87,6 @@ class SinkLogger(PredictionLogger):
         )
 
     def _write(self, batch: list[AnsweredPrediction]) -> None:
-        events = [event_of(record, self._source) for record in batch]
         closing = self._closed.is_set()
         try:
             if time.monotonic() >= self._next_adopt and not closing:
@@ -93,8 +96,8 @@ class SinkLogger(PredictionLogger):
                 self._replay(closing)
         except Exception:  # the writer thread must live on: what it holds is spooled
             log.exception("prediction sink %s: spool replay failed", self.name)
-        if events and (self._spool.pending or not self._sent(events)):
-            self._spill(events)
+        if batch and (self._spool.pending or not self._sent(batch)):
+            self._spill([event_of(record, self._source) for record in batch])
         if closing and self._spool.pending:
             log.warning(
                 "prediction sink %s: %d records (%d bytes) not delivered stay in the spool %s; "
@@ -106,13 +109,13 @@ class SinkLogger(PredictionLogger):
             )
         self._listener.sink_spool(self.name, self._spool.bytes, self._spool.oldest_age_s())
 
-    def _sent(self, events: list[dict[str, Any]]) -> bool:
+    def _sent(self, batch: list[AnsweredPrediction]) -> bool:
         try:
-            self._sink.write(events)
+            self._events.write_answers(batch, self._source)
         except Exception as e:
             self._failed(e)
             return False
-        self._on_written(len(events))
+        self._on_written(len(batch))
         return True
 
     def _failed(self, error: Exception) -> None:
@@ -137,7 +140,7 @@ class SinkLogger(PredictionLogger):
             if not events:
                 continue
             try:
-                self._sink.write(events)
+                self._events.write(events)
             except Exception as e:
                 self._failed(e)
                 return

@@ -17,7 +17,7 @@ from servinglib.config.sinks import LogSinkConfig
 from servinglib.monitoring.drift.sources import read_prediction_log
 from servinglib.monitoring.kafka_sink import KafkaSink
 from servinglib.monitoring.parquet_sink import LAKE_COLUMNS, ParquetSink
-from servinglib.monitoring.prediction_events import EVENT_TYPE, event_of
+from servinglib.monitoring.prediction_events import EVENT_TYPE, encode, event_of
 from servinglib.monitoring.sink_logger import SinkLogger
 from servinglib.monitoring.spool import Spool
 from servinglib.serving.recording import AnsweredPrediction
@@ -84,6 +84,9 @@ class Switchable:
     def __init__(self) -> None:
         self.down = threading.Event()
         self.events: list[dict[str, Any]] = []
+
+    def write_answers(self, answers: Sequence[AnsweredPrediction], source: str) -> None:
+        self.write([event_of(answer, source) for answer in answers])
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
         if self.down.is_set():
@@ -203,12 +206,16 @@ def test_kafka_sink_delivers_cloudevents_keyed_by_request_id(
     counts = Counts()
     config = sink_config(tmp_path, "kafka", topic, bootstrap_servers=kafka_broker.bootstrap)
     logger = SinkLogger(config, KafkaSink(topic, config.options), "servinglib/svc", counts)
-    for i in range(20):
-        logger.record(record(i, shadow_of="1" if i % 4 == 0 else None))
+    answers = [record(i, shadow_of="1" if i % 4 == 0 else None) for i in range(20)]
+    for answer in answers:
+        logger.record(answer)
     logger.close()
     assert counts.records["written"] == 20
     messages = kafka_broker.messages(topic)
     assert sorted(m.key().decode() for m in messages) == sorted(f"r{i}" for i in range(20))
+    # The same bytes as the event encoded on its own (as the spool and a replay write it).
+    sent = {m.key().decode(): m.value() for m in messages}
+    assert all(sent[a.request_id] == encode(event_of(a, "servinglib/svc")) for a in answers)
     event = json.loads(next(m.value() for m in messages if m.key() == b"r4"))
     assert {k: event[k] for k in ("specversion", "type", "source", "id")} == {
         "specversion": "1.0",

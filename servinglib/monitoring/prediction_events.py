@@ -75,9 +75,8 @@ def event_of(record: AnsweredPrediction, source: str) -> dict[str, Any]:
             "logged_at": record.logged_at,
         },
     }
-    traceparent = record.traceparent
-    if traceparent is not None:
-        event["traceparent"] = traceparent
+    if record.trace_id is not None and record.span_id is not None:
+        event["traceparent"] = record.traceparent
     return event
 
 

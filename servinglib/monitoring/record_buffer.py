@@ -31,7 +31,10 @@ class RecordBuffer(Generic[T]):
         self._max_records = max_records
         self._max_bytes = max_bytes
         self._batch_size = batch_size
-        self._items: deque[tuple[T, int]] = deque()
+        # Sizes beside the records, not in a tuple with each: a tuple per record is one
+        # more object the garbage collector tracks (and walks) while the record waits.
+        self._items: deque[T] = deque()
+        self._sizes: deque[int] = deque()
         self._bytes = 0
         self._lock = threading.Lock()
         self._ready = threading.Event()  # set when a batch is full or the buffer closes
@@ -55,7 +58,8 @@ class RecordBuffer(Generic[T]):
                 or self._bytes + size > self._max_bytes
             ):
                 return False
-            self._items.append((item, size))
+            self._items.append(item)
+            self._sizes.append(size)
             self._bytes += size
             full = len(self._items) == self._batch_size
             if full:
@@ -73,11 +77,14 @@ class RecordBuffer(Generic[T]):
         self._ready.clear()
         with self._lock:
             if len(self._items) <= self._batch_size:
-                taken, self._items, self._bytes = list(self._items), deque(), 0
-                return [item for item, _ in taken], self._closed
+                taken = list(self._items)
+                self._items.clear()
+                self._sizes.clear()
+                self._bytes = 0
+                return taken, self._closed
             taken = [self._items.popleft() for _ in range(self._batch_size)]
-            self._bytes -= sum(size for _, size in taken)
-        return [item for item, _ in taken], False
+            self._bytes -= sum(self._sizes.popleft() for _ in range(self._batch_size))
+        return taken, False
 
     def close(self) -> None:
         """Refuse further records and wake the writer to take what is left."""

@@ -4,8 +4,10 @@
     python benchmarks/tracing.py [--seconds 5] [--repeats 3] [--instances 1] [--skip-minilm]
 
 For each model, four setups (2 asyncio workers, metrics on; the JSON access log on for the
-trivial model, off for MiniLM as in benchmarks/minilm.py), side by side, runs round-robin,
-the median run kept. ``--instances N`` serves each setup from N identical servers, their
+trivial model, off for MiniLM as in benchmarks/minilm.py) in two phases, each side by side
+with its runs round-robin: not installed, off and 1 % first, then the not-installed servers
+beside the 100 % ones (see :func:`measure`). Requests/s ratios are the median of each
+round's ratio to the not-installed servers of the same phase. ``--instances N`` serves each setup from N identical servers, their
 runs pooled: two servers running the same code differ by a few percent between them (where
 their workers and memory land), which a single server per setup reads as the setup's cost.
 The setups:
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,9 @@ sys.path.insert(0, str(ROOT))
 from tests.otlp_receiver import OtlpReceiver
 
 MINILM_TOKENIZER = ROOT / "examples/sentence-embeddings/models/minilm/2/tokenizer.json"
+
+ONE = "tracing on, 1 % sampled"
+OFF = "tracing extra installed, tracing off"
 
 HEADER = "| Setup | Concurrency | Requests/s | p50 ms | p95 ms | p99 ms | Status codes | "
 HEADER += "worker CPU us/request |\n|---|---|---|---|---|---|---|---|"
@@ -112,58 +118,88 @@ def _workers(server: Server) -> list[str]:
     return found.stdout.split()
 
 
+ABSENT = "OpenTelemetry not installed"
+ABSENT_FULL = "OpenTelemetry not installed, beside the 100 % server"
+FULL = "tracing on, 100 % sampled"
+
+
+@dataclass
+class Measured:
+    """Each setup's median run, worker CPU per request, and per-round requests/s ratios."""
+
+    runs: dict[str, LoadResult]
+    cpu_us: dict[str, float]
+    ratios: dict[str, float]  # median over rounds of (setup / its baseline) requests/s
+
+
 def measure(
     model: str, seconds: float, repeats: int, workdir: Path, instances: int = 1
-) -> tuple[list[LoadResult], list[float]]:
-    """The median run of each setup serving ``model`` (``trivial`` at concurrency 8,
-    ``minilm`` at 32), and its workers' median CPU microseconds per request, over
-    ``instances`` identical servers per setup."""
+) -> Measured:
+    """Every setup serving ``model`` (``trivial`` at concurrency 8, ``minilm`` at 32), with
+    ``instances`` identical servers per setup, in two phases.
+
+    Phase one runs "not installed", "off" and "1 %" side by side, round-robin. Phase two
+    stops the "off" and "1 %" servers and runs the "not installed" ones beside the 100 %
+    servers: a fully sampled server leaves work running between its turns (its export
+    backlog, the receiver decoding it on the same cores), which would land in the other
+    setups' runs and be read as their cost.
+    """
     receiver = OtlpReceiver()
     otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
     stub = _without_opentelemetry(workdir)
-    setups: dict[str, tuple[dict[str, str], Path | None]] = {
-        "OpenTelemetry not installed": ({}, stub),
-        "tracing extra installed, tracing off": ({}, None),
-        "tracing on, 1 % sampled": (
-            {
-                **otlp,
-                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
-                "OTEL_TRACES_SAMPLER_ARG": "0.01",
-            },
-            None,
-        ),
-        "tracing on, 100 % sampled": ({**otlp, "OTEL_TRACES_SAMPLER": "always_on"}, None),
+    low = {
+        **otlp,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.01",
     }
+    phases: list[dict[str, tuple[dict[str, str], Path | None]]] = [
+        {ABSENT: ({}, stub), OFF: ({}, None), ONE: (low, None)},
+        {FULL: ({**otlp, "OTEL_TRACES_SAMPLER": "always_on"}, None)},
+    ]
     config, body, concurrency, threads = _scenario(model, workdir)
     started: dict[tuple[str, int], Server] = {}
-    runs: dict[str, list[LoadResult]] = {label: [] for label in setups}
-    cpu: dict[str, list[float]] = {label: [] for label in setups}
+    runs: dict[str, list[LoadResult]] = {}
+    cpu: dict[str, list[float]] = {}
+    ratios: dict[str, list[float]] = {}
     try:
-        for instance in range(instances):
-            for label, (env, first) in setups.items():
-                # the stub goes before this checkout, which the benchmark serves either way
-                source = None if first is None else Path(f"{first}:{ROOT}")
-                server = start_servinglib(config, workdir, threads=threads, source=source, env=env)
-                started[label, instance] = server
-                run_hey(label, server.url + "/infer", body, concurrency, 2)  # warm-up
-        keys = list(started)
-        for repeat in range(repeats):
-            turn = repeat % len(keys)
-            for label, instance in keys[turn:] + keys[:turn]:
-                server = started[label, instance]
-                workers = _workers(server)
-                before = sum(_cpu_ticks(p) for p in workers)
-                result = run_hey(label, server.url + "/infer", body, concurrency, seconds)
-                ticks = sum(_cpu_ticks(p) for p in workers) - before
-                runs[label].append(result)
-                cpu[label].append(ticks / 100 * 1e6 / result.requests)
+        for number, setups in enumerate(phases):
+            for key in [key for key in started if key[0] != ABSENT]:
+                started.pop(key).stop()
+            for instance in range(instances):
+                for label, (env, first) in setups.items():
+                    # the stub goes before this checkout, which the benchmark serves either way
+                    source = None if first is None else Path(f"{first}:{ROOT}")
+                    server = start_servinglib(
+                        config, workdir, threads=threads, source=source, env=env
+                    )
+                    started[label, instance] = server
+                    run_hey(label, server.url + "/infer", body, concurrency, 2)  # warm-up
+            keys = list(started)
+            baseline = ABSENT if number == 0 else ABSENT_FULL
+            for repeat in range(repeats):
+                turn = repeat % len(keys)
+                this_round: dict[str, list[float]] = {}
+                for label, instance in keys[turn:] + keys[:turn]:
+                    server = started[label, instance]
+                    name = baseline if label == ABSENT else label
+                    workers = _workers(server)
+                    before = sum(_cpu_ticks(p) for p in workers)
+                    result = run_hey(name, server.url + "/infer", body, concurrency, seconds)
+                    ticks = sum(_cpu_ticks(p) for p in workers) - before
+                    runs.setdefault(name, []).append(result)
+                    cpu.setdefault(name, []).append(ticks / 100 * 1e6 / result.requests)
+                    this_round.setdefault(name, []).append(result.rps)
+                for name, rps in this_round.items():
+                    base = statistics.fmean(this_round[baseline])
+                    ratios.setdefault(name, []).append(statistics.fmean(rps) / base)
     finally:
         for server in started.values():
             server.stop()
         receiver.close()
-    return (
-        [median_of(runs[label]) for label in setups],
-        [statistics.median(cpu[label]) for label in setups],
+    return Measured(
+        {name: median_of(found) for name, found in runs.items()},
+        {name: statistics.median(found) for name, found in cpu.items()},
+        {name: statistics.median(found) for name, found in ratios.items()},
     )
 
 
@@ -178,31 +214,46 @@ def _scenario(model: str, workdir: Path) -> tuple[Path, Any, int, int]:
     return config, {"model_id": "minilm", "features": features}, 32, 32
 
 
-def _ratios(results: list[LoadResult], cpu_us: list[float]) -> str:
-    """Requests/s and worker CPU per request of each setup against the first."""
-    absent, off, low, full = results
-    c_absent, c_off, c_low, c_full = cpu_us
+ROWS = (ABSENT, OFF, ONE, ABSENT_FULL, FULL)
+
+
+def _ratios(measured: Measured) -> str:
+    """Requests/s (median of the rounds' ratios) and worker CPU per request of each setup
+    against OpenTelemetry not installed, in the same phase."""
+    cpu, ratios = measured.cpu_us, measured.ratios
+
+    def against(label: str, base: str) -> str:
+        return (
+            f"**{100 * (ratios[label] - 1):+.1f} %** / "
+            f"**{100 * (cpu[label] / cpu[base] - 1):+.1f} %**"
+        )
+
     return (
-        "Against OpenTelemetry not installed, requests/s and worker CPU per request: installed "
-        f"but off **{100 * (off.rps / absent.rps - 1):+.1f} %** / "
-        f"**{100 * (c_off / c_absent - 1):+.1f} %** (target within 1 %); 1 % sampled "
-        f"**{100 * (low.rps / absent.rps - 1):+.1f} %** / **{100 * (c_low / c_absent - 1):+.1f} %**"
-        " (target within 3 %); every request sampled "
-        f"**{100 * (full.rps / absent.rps - 1):+.1f} %** / "
-        f"**{100 * (c_full / c_absent - 1):+.1f} %** (reported). The two setups running the "
-        f"same request path differ by {100 * abs(off.rps / absent.rps - 1):.1f} % in "
-        "requests/s on this run: smaller differences are noise here."
+        "Against OpenTelemetry not installed, requests/s (the median of the rounds' ratios) "
+        f"and worker CPU per request: installed but off {against(OFF, ABSENT)} (target "
+        f"within 1 %); 1 % sampled {against(ONE, ABSENT)} (target within 3 %); every request "
+        f"sampled {against(FULL, ABSENT_FULL)} (reported; against the servers beside it). "
+        "The two setups running the same request path (not installed, installed but off) "
+        f"differ by {100 * abs(ratios[OFF] - 1):.1f} % in requests/s on this run: smaller "
+        "differences are noise here."
     )
 
 
+def _table(measured: Measured) -> list[str]:
+    return [
+        HEADER,
+        *[f"{measured.runs[label].row()[:-1]}| {measured.cpu_us[label]:.0f} |" for label in ROWS],
+    ]
+
+
 def render(
-    measured: dict[str, tuple[list[LoadResult], list[float]]],
+    measured: dict[str, Measured],
     spans_us: dict[str, float],
     command: str,
     load: str,
 ) -> str:
-    results, cpu_us = measured["trivial"]
-    c_absent = cpu_us[0]
+    trivial = measured["trivial"]
+    c_absent = trivial.cpu_us[ABSENT]
     untraced, spans, encoding = spans_us.values()
     traced = spans + encoding
     lines = [
@@ -214,30 +265,30 @@ def render(
         "",
         "Sum of 16 floats, concurrency 8:",
         "",
-        HEADER,
-        *[f"{r.row()[:-1]}| {us:.0f} |" for r, us in zip(results, cpu_us, strict=True)],
+        *_table(trivial),
         "",
-        _ratios(results, cpu_us),
+        _ratios(trivial),
         "",
     ]
     if "minilm" in measured:
-        m_results, m_cpu = measured["minilm"]
         lines += [
             "MiniLM INT8 (`runtime: onnx`, dynamic batching up to 32), concurrency 32:",
             "",
-            HEADER,
-            *[f"{r.row()[:-1]}| {us:.0f} |" for r, us in zip(m_results, m_cpu, strict=True)],
+            *_table(measured["minilm"]),
             "",
-            _ratios(m_results, m_cpu),
+            _ratios(measured["minilm"]),
             "",
         ]
     lines += [
         "With tracing off "
         "the request path makes no OpenTelemetry call: the code is the same whether the "
         "extra is installed or not, so the first difference is the machine's noise. For each "
-        "model the servers run at once and the runs go round-robin; each row is the "
-        "median run over every server of its setup. The "
-        "OTLP receiver decoding the spans runs on the same 2 cores.",
+        "model the servers run in two phases, each side by side with its runs round-robin: "
+        "not installed, off and 1 % first; then the not-installed servers beside the 100 % "
+        "ones (the others stopped), because a fully sampled server leaves work running "
+        "between its turns (its export backlog, the receiver decoding it) that would land in "
+        "the other setups' runs. Each row is the median run over every server of its setup. "
+        "The OTLP receiver decoding the spans runs on the same 2 cores.",
         "",
         "Tracing work per request in process (`span_cost_us`): "
         + "; ".join(f"{label} **{us:.1f} us**" for label, us in spans_us.items())
@@ -246,10 +297,7 @@ def render(
         f"**{100 * (untraced + 0.01 * traced) / c_absent:.1f} %** (the untraced requests' "
         "cost plus 1 % of a traced one's), every request sampled "
         f"**{100 * traced / c_absent:.0f} %** (spans and their encoding; the HTTP post, the "
-        "exemplar and the log's trace id not counted). The two servers running the same "
-        "code (not installed, installed but off) differ by more than either target on this "
-        "shared machine: the server figures above bound the cost only roughly, and the "
-        "in-process figures are the ones that settle the targets. A sampled request also "
+        "exemplar and the log's trace id not counted). A sampled request also "
         "leaves its exemplar on the latency histogram (a dictionary update; a file write per "
         "worker at most every 0.5 s); with tracing off nothing is recorded.",
         "",
@@ -277,8 +325,10 @@ def main() -> int:
             measured[model] = measure(
                 model, args.seconds, args.repeats, Path(workdir), args.instances
             )
-        for result, us in zip(*measured[model], strict=True):
-            print(model, result.row(), f"{us:.0f} us CPU/request")
+        found = measured[model]
+        for label in ROWS:
+            print(model, found.runs[label].row(), f"{found.cpu_us[label]:.0f} us CPU/request")
+        print(model, "requests/s against not installed:", found.ratios)
     spans_us = span_cost_us()
     print(spans_us)
     command = "python benchmarks/tracing.py " + shlex.join(sys.argv[1:])

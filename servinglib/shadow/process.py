@@ -204,7 +204,7 @@ class ShadowProcess:
                 future.set_exception(ModelNotReadyError(*value))
             else:
                 future.set_exception(ShadowProcessError(value))
-        connection.close()
+        self._close_once(connection)
         with self._lock:
             if self._connection is connection:
                 self._connection = None
@@ -212,6 +212,15 @@ class ShadowProcess:
             futures = [self._pending.pop(i)[1] for i in orphans]
         for future in futures:
             future.set_exception(ShadowProcessError("the shadow process exited during the call"))
+
+    def _close_once(self, connection: Connection) -> None:
+        """Close ``connection`` unless :meth:`close` (or this reader) did: a second
+        ``os.close`` of the same descriptor fails with EBADF, or closes a file another
+        thread has opened since under the same number."""
+        with self._lock:
+            if not connection.closed:
+                with contextlib.suppress(OSError):
+                    connection.close()
 
     def _forget(self, call_id: int) -> tuple[Connection, Future[Any]] | None:
         with self._lock:
@@ -232,7 +241,7 @@ class ShadowProcess:
             self._closed = True
             process, connection = self._process, self._connection
         if connection is not None:
-            connection.close()
+            self._close_once(connection)  # the process reads its end's EOF and exits
         if process is None:
             return
         try:

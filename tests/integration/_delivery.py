@@ -9,7 +9,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import requests
 import yaml
@@ -76,7 +76,7 @@ class LoadThreads:
     def _run(self) -> None:
         raise NotImplementedError  # each load says what its threads send
 
-    def __enter__(self) -> LoadThreads:
+    def __enter__(self) -> Self:
         for thread in self._threads:
             thread.start()
         return self

@@ -19,6 +19,7 @@ import requests
 from servinglib.errors import ServinglibError
 from servinglib.serve.admin_client import AdminClient
 from tests.conftest import LiveServer, free_port, wait_all_workers, worker_pids
+from tests.integration._delivery import LoadThreads
 
 pytestmark = pytest.mark.integration
 
@@ -35,16 +36,15 @@ def admin_service(tmp_path: Path, port: int) -> Path:
     return config
 
 
-class Load:
+class Load(LoadThreads):
     """Unversioned requests in a loop from 4 threads; remembers every status and version."""
 
     def __init__(self, url: str) -> None:
+        super().__init__(4)
         self.url = url
         self.statuses: Counter[int] = Counter()
         self.versions: Counter[str] = Counter()
         self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run) for _ in range(4)]
 
     def _run(self) -> None:
         with requests.Session() as session:
@@ -61,16 +61,6 @@ class Load:
                 self.statuses[response.status_code] += 1
                 if response.status_code == 200:
                     self.versions[response.json()["version"]] += 1
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def test_admin_is_off_the_public_port_and_needs_the_token(

@@ -183,7 +183,11 @@ def test_a_broker_outage_spools_then_delivers_everything_and_a_full_spool_counts
             "the replay of the spool",
         )
         replayed_in = time.monotonic() - outage_end
-        assert total(server.url, "servinglib_prediction_sink_spool_bytes", sink="kafka") == 0
+        # the gauge is set when a writer ends its cycle, after the replayed count: wait for it
+        wait_for(
+            lambda: total(server.url, "servinglib_prediction_sink_spool_bytes", sink="kafka") == 0,
+            "an empty spool",
+        )
         server.process.send_signal(signal.SIGTERM)
         server.process.wait(timeout=60)
     finally:

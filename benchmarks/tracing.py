@@ -7,9 +7,13 @@ For each model, four setups (2 asyncio workers, metrics on; the JSON access log 
 trivial model, off for MiniLM as in benchmarks/minilm.py) in two phases, each side by side
 with its runs round-robin: not installed, off and 1 % first, then the not-installed servers
 beside the 100 % ones (see :func:`measure`). Requests/s ratios are the median of each
-round's ratio to the not-installed servers of the same phase. ``--instances N`` serves each setup from N identical servers, their
-runs pooled: two servers running the same code differ by a few percent between them (where
-their workers and memory land), which a single server per setup reads as the setup's cost.
+round's ratio to the not-installed servers of the same phase. ``--instances N`` serves each
+setup from N identical servers, their runs pooled: two servers running the same code differ
+by a few percent between them (where their workers and memory land), which a single server
+per setup reads as the setup's cost. Between the phases, each 1 % server is switched
+between tracing on and off in turns (a signal to its workers, through a ``sitecustomize``
+only this benchmark puts on their path) and measured both ways: the same processes, so the
+request path's cost without the differences between servers.
 The setups:
 
 * OpenTelemetry not installed (a stub ``opentelemetry`` package that fails to import comes
@@ -28,11 +32,13 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +66,63 @@ def _without_opentelemetry(workdir: Path) -> Path:
     (stub / "opentelemetry").mkdir(parents=True)
     (stub / "opentelemetry" / "__init__.py").write_text("raise ImportError('not installed')\n")
     return stub
+
+
+TOGGLE_SITE = """\
+import os
+import signal
+
+_DIRECTORY = os.environ.get("BENCH_TRACING_TOGGLE_DIR")
+
+
+def _toggle(signum, frame):
+    from servinglib.serving import tracing
+
+    global _SAVED
+    if tracing.ACTIVE is not None:
+        _SAVED, tracing.ACTIVE = tracing.ACTIVE, None
+    elif _SAVED is not None:
+        tracing.ACTIVE = _SAVED
+    state = "on" if tracing.ACTIVE is not None else "off"
+    with open(os.path.join(_DIRECTORY, str(os.getpid())), "w") as f:
+        f.write(state)
+
+
+_SAVED = None
+if _DIRECTORY:
+    os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGRTMIN + 1, _toggle))
+"""
+
+
+def _toggle_harness(workdir: Path) -> tuple[Path, Path]:
+    """A ``sitecustomize`` that lets this benchmark switch a worker's tracing off and on
+    again (a signal swaps ``servinglib.serving.tracing.ACTIVE`` with None), and the
+    directory where each worker says which it is in. Benchmark scaffolding only: the
+    server has no such switch."""
+    site, states = workdir / "toggle-site", workdir / "toggle-states"
+    site.mkdir()
+    states.mkdir()
+    (site / "sitecustomize.py").write_text(TOGGLE_SITE)
+    return site, states
+
+
+def _switch(server: Server, states: Path, on: bool) -> None:
+    """Turn the tracing of every worker of ``server`` on or off; waits until each says so."""
+    want = "on" if on else "off"
+    workers = _workers(server)
+
+    def state(pid: str) -> str:
+        path = states / pid
+        return path.read_text() if path.exists() else "on"  # tracing starts on
+
+    for pid in workers:
+        if state(pid) != want:
+            os.kill(int(pid), signal.SIGRTMIN + 1)
+    deadline = time.monotonic() + 10
+    while any(state(pid) != want for pid in workers):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"workers {workers} did not turn tracing {want} within 10 s")
+        time.sleep(0.02)
 
 
 def span_cost_us() -> dict[str, float]:
@@ -125,11 +188,14 @@ FULL = "tracing on, 100 % sampled"
 
 @dataclass
 class Measured:
-    """Each setup's median run, worker CPU per request, and per-round requests/s ratios."""
+    """Each setup's median run, worker CPU per request, per-round requests/s ratios, the
+    spread between servers of the same setup, and the same-server toggle of 1 %."""
 
     runs: dict[str, LoadResult]
     cpu_us: dict[str, float]
     ratios: dict[str, float]  # median over rounds of (setup / its baseline) requests/s
+    spread: float  # the fastest not-installed server's requests/s over the slowest's, minus 1
+    toggled: dict[str, float]  # on the 1 % servers: median ratio on/off, CPU/request each
 
 
 def measure(
@@ -138,22 +204,25 @@ def measure(
     """Every setup serving ``model`` (``trivial`` at concurrency 8, ``minilm`` at 32), with
     ``instances`` identical servers per setup, in two phases.
 
-    Phase one runs "not installed", "off" and "1 %" side by side, round-robin. Phase two
-    stops the "off" and "1 %" servers and runs the "not installed" ones beside the 100 %
-    servers: a fully sampled server leaves work running between its turns (its export
-    backlog, the receiver decoding it on the same cores), which would land in the other
-    setups' runs and be read as their cost.
+    Phase one runs "not installed", "off" and "1 %" side by side, round-robin; then the
+    "1 %" servers alone, each switched between tracing on (1 %) and off in turns, so that
+    the same processes are measured both ways. Phase two stops the "off" and "1 %" servers
+    and runs the "not installed" ones beside the 100 % servers: a fully sampled server
+    leaves work running between its turns (its export backlog, the receiver decoding it on
+    the same cores), which would land in the other setups' runs and be read as their cost.
     """
     receiver = OtlpReceiver()
     otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
     stub = _without_opentelemetry(workdir)
+    site, states = _toggle_harness(workdir)
     low = {
         **otlp,
         "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
         "OTEL_TRACES_SAMPLER_ARG": "0.01",
+        "BENCH_TRACING_TOGGLE_DIR": str(states),
     }
     phases: list[dict[str, tuple[dict[str, str], Path | None]]] = [
-        {ABSENT: ({}, stub), OFF: ({}, None), ONE: (low, None)},
+        {ABSENT: ({}, stub), OFF: ({}, None), ONE: (low, site)},
         {FULL: ({**otlp, "OTEL_TRACES_SAMPLER": "always_on"}, None)},
     ]
     config, body, concurrency, threads = _scenario(model, workdir)
@@ -161,6 +230,16 @@ def measure(
     runs: dict[str, list[LoadResult]] = {}
     cpu: dict[str, list[float]] = {}
     ratios: dict[str, list[float]] = {}
+    per_server: dict[int, list[float]] = {}  # requests/s of each not-installed server
+    toggled: dict[str, float] = {}
+
+    def load(server: Server, name: str) -> tuple[LoadResult, float]:
+        workers = _workers(server)
+        before = sum(_cpu_ticks(p) for p in workers)
+        result = run_hey(name, server.url + "/infer", body, concurrency, seconds)
+        ticks = sum(_cpu_ticks(p) for p in workers) - before
+        return result, ticks / 100 * 1e6 / result.requests
+
     try:
         for number, setups in enumerate(phases):
             for key in [key for key in started if key[0] != ABSENT]:
@@ -180,27 +259,63 @@ def measure(
                 turn = repeat % len(keys)
                 this_round: dict[str, list[float]] = {}
                 for label, instance in keys[turn:] + keys[:turn]:
-                    server = started[label, instance]
                     name = baseline if label == ABSENT else label
-                    workers = _workers(server)
-                    before = sum(_cpu_ticks(p) for p in workers)
-                    result = run_hey(name, server.url + "/infer", body, concurrency, seconds)
-                    ticks = sum(_cpu_ticks(p) for p in workers) - before
+                    result, cpu_us = load(started[label, instance], name)
                     runs.setdefault(name, []).append(result)
-                    cpu.setdefault(name, []).append(ticks / 100 * 1e6 / result.requests)
+                    cpu.setdefault(name, []).append(cpu_us)
                     this_round.setdefault(name, []).append(result.rps)
+                    if label == ABSENT and number == 0:
+                        per_server.setdefault(instance, []).append(result.rps)
                 for name, rps in this_round.items():
                     base = statistics.fmean(this_round[baseline])
                     ratios.setdefault(name, []).append(statistics.fmean(rps) / base)
+            if number == 0:  # the same 1 % servers, tracing switched off and on in turns
+                ones = [started[ONE, instance] for instance in range(instances)]
+                toggled = _toggle_rounds(ones, states, load, repeats)
     finally:
         for server in started.values():
             server.stop()
         receiver.close()
+    means = [statistics.fmean(rps) for rps in per_server.values()]
     return Measured(
         {name: median_of(found) for name, found in runs.items()},
         {name: statistics.median(found) for name, found in cpu.items()},
         {name: statistics.median(found) for name, found in ratios.items()},
+        max(means) / min(means) - 1,
+        toggled,
     )
+
+
+def _toggle_rounds(
+    servers: list[Server],
+    states: Path,
+    load: Callable[[Server, str], tuple[LoadResult, float]],
+    repeats: int,
+) -> dict[str, float]:
+    """Each server measured with its tracing on and off in turns, ``repeats`` pairs each:
+    the median ratio on/off of requests/s, its quartiles, and the median CPU per request."""
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    ratios: list[float] = []
+    for repeat in range(repeats):
+        for number, server in enumerate(servers):
+            found: dict[bool, float] = {}
+            for on in (True, False) if (repeat + number) % 2 == 0 else (False, True):
+                _switch(server, states, on)
+                result, cpu_us = load(server, ONE if on else OFF)
+                cpu[on].append(cpu_us)
+                found[on] = result.rps
+            ratios.append(found[True] / found[False])
+    for server in servers:
+        _switch(server, states, True)
+    ordered = sorted(ratios)
+    return {
+        "ratio": statistics.median(ratios),
+        "low": ordered[len(ordered) // 4],
+        "high": ordered[(3 * len(ordered)) // 4],
+        "cpu_on": statistics.median(cpu[True]),
+        "cpu_off": statistics.median(cpu[False]),
+        "pairs": len(ratios),
+    }
 
 
 def _scenario(model: str, workdir: Path) -> tuple[Path, Any, int, int]:
@@ -228,14 +343,24 @@ def _ratios(measured: Measured) -> str:
             f"**{100 * (cpu[label] / cpu[base] - 1):+.1f} %**"
         )
 
+    toggle = measured.toggled
+    spread = measured.spread
     return (
         "Against OpenTelemetry not installed, requests/s (the median of the rounds' ratios) "
         f"and worker CPU per request: installed but off {against(OFF, ABSENT)} (target "
         f"within 1 %); 1 % sampled {against(ONE, ABSENT)} (target within 3 %); every request "
         f"sampled {against(FULL, ABSENT_FULL)} (reported; against the servers beside it). "
         "The two setups running the same request path (not installed, installed but off) "
-        f"differ by {100 * abs(ratios[OFF] - 1):.1f} % in requests/s on this run: smaller "
-        "differences are noise here."
+        f"differ by {100 * abs(ratios[OFF] - 1):.1f} % in requests/s on this run, and the "
+        f"not-installed servers among themselves by up to {100 * spread:.1f} % (the fastest "
+        "one's mean over the slowest's): between separate servers, smaller differences are "
+        "noise here.\n\n"
+        "The same 1 % servers with their tracing switched off and on in turns (the same "
+        f"processes, {toggle['pairs']:.0f} pairs of runs): 1 % sampled against off "
+        f"**{100 * (toggle['ratio'] - 1):+.1f} %** requests/s (median of the pairs' ratios; "
+        f"quartiles {100 * (toggle['low'] - 1):+.1f} % and {100 * (toggle['high'] - 1):+.1f} %), "
+        f"worker CPU per request {toggle['cpu_on']:.0f} against {toggle['cpu_off']:.0f} us "
+        f"(**{100 * (toggle['cpu_on'] / toggle['cpu_off'] - 1):+.1f} %**)."
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
 import io
 import json
@@ -192,6 +193,15 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self._log.close()
+
+
+def run_hey_together(runs: list[tuple[str, str, Any, int, float]]) -> list[LoadResult]:
+    """Several :func:`run_hey` runs ``(label, url, body, concurrency, seconds)`` at the same
+    time, one ``hey`` each: setups loaded together share every moment of the machine's
+    noise, which setups loaded in turn do not."""
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+        started = [pool.submit(run_hey, *run) for run in runs]
+        return [future.result() for future in started]
 
 
 def pooled(results: list[LoadResult]) -> LoadResult:

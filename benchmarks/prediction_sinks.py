@@ -1,10 +1,15 @@
 """Cost of streaming every prediction to Kafka, and memory under a broker outage.
 
-    python benchmarks/prediction_sinks.py [--seconds 2] [--repeats 7] [--outage-seconds 60]
+    python benchmarks/prediction_sinks.py [--seconds 2] [--repeats 7] [--instances 1]
+        [--outage-seconds 60]
 
-Two throughput scenarios, each with both servers up at once and the runs taken in turn,
+Two throughput scenarios, each with every server up at once and the runs taken in turn,
 off-on-on-off or on-off-off-on per round; the loss is the median over rounds of the on/off
-requests/s ratio:
+requests/s ratio. ``--instances N`` serves each setup from N identical servers (two
+servers with the same code differ by a few percent on a 2-core machine, which one server
+per setup reads as the setup's cost). Then the logging servers alone, their prediction log
+switched off and on in turns (a signal to their workers; see ``_toggle.py``): the same
+processes measured both ways.
 
 * trivial: the sum-of-16-floats model at concurrency 8; bar: at most 8 % fewer requests/s;
 * minilm: the text-in MiniLM INT8 example at concurrency 32; bar: at most 3 % fewer.
@@ -38,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _cpu import tree_cpu_seconds
 from _load import LoadResult, Server, pooled, run_hey
+from _toggle import Toggle, toggle_rounds
 from run import HEADER, ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
 sys.path.insert(0, str(ROOT))
@@ -83,6 +89,8 @@ class Outcome:
     ratios: tuple[float, ...]
     cpu_off_us: float
     cpu_on_us: float
+    spread: float  # the fastest "off" server's requests/s over the slowest's, minus 1
+    toggled: dict[str, float]  # the "on" servers with logging switched off and on in turns
 
 
 def side_by_side(
@@ -93,39 +101,65 @@ def side_by_side(
     repeats: int,
     workdir: Path,
     name: str,
+    instances: int = 1,
 ) -> Outcome:
+    """``instances`` servers logging every answer to Kafka and as many without a
+    prediction log, all up at once, loaded in turn (off-on-on-off or on-off-off-on per
+    round, every server of a setup in each turn); then the logging servers alone with their
+    prediction log switched off and on in turns (:mod:`_toggle`)."""
     labels = {False: f"{name}, logging off", True: f"{name}, 100 % logged to Kafka"}
-    servers = {on: start_servinglib(config, workdir) for on, config in configs.items()}
+    toggle = Toggle(workdir, "prediction-log")
+    servers: dict[tuple[bool, int], Server] = {}
     runs: dict[bool, list[LoadResult]] = {False: [], True: []}
     cpu = {False: 0.0, True: 0.0}
+    per_server: dict[int, list[float]] = {}
     ratios = []
+
+    def load(server: Server, on: bool) -> tuple[LoadResult, float]:
+        before = tree_cpu_seconds(server.process.pid)
+        result = run_hey(labels[on], f"{server.url}/infer", body, concurrency, seconds)
+        used = tree_cpu_seconds(server.process.pid) - before
+        if set(result.statuses) != {200}:
+            raise SystemExit(f"{labels[on]}: answers other than 200: {result.statuses}")
+        return result, 1e6 * used / result.requests
+
     try:
+        for instance in range(instances):
+            for on, config in configs.items():
+                source, env = (Path(f"{toggle.site}:{ROOT}"), toggle.env) if on else (None, {})
+                servers[on, instance] = start_servinglib(config, workdir, source=source, env=env)
         for server in servers.values():
             run_hey("warm-up", f"{server.url}/infer", body, concurrency, 2)
         for round_ in range(repeats):
             first = round_ % 2 == 1
             rps = {False: 0.0, True: 0.0}
             for on in (first, not first, not first, first):
-                before = tree_cpu_seconds(servers[on].process.pid)
-                result = run_hey(labels[on], f"{servers[on].url}/infer", body, concurrency, seconds)
-                cpu[on] += tree_cpu_seconds(servers[on].process.pid) - before
-                if set(result.statuses) != {200}:
-                    raise SystemExit(f"{labels[on]}: answers other than 200: {result.statuses}")
-                runs[on].append(result)
-                rps[on] += result.rps
+                for instance in range(instances):
+                    result, cpu_us = load(servers[on, instance], on)
+                    cpu[on] += cpu_us * result.requests / 1e6
+                    runs[on].append(result)
+                    rps[on] += result.rps
+                    if not on:
+                        per_server.setdefault(instance, []).append(result.rps)
             ratios.append(rps[True] / rps[False])
             print(f"{name}: round {round_ + 1}/{repeats}: on/off {ratios[-1]:.3f}", flush=True)
+        logging = [servers[True, instance] for instance in range(instances)]
+        toggled = toggle_rounds(logging, toggle, load, repeats)
+        print(f"{name}: the same servers, logging on/off {toggled['ratio']:.3f}", flush=True)
     finally:
         for server in servers.values():
             server.stop()
-    off, on = pooled(runs[False]), pooled(runs[True])
+    off, logged = pooled(runs[False]), pooled(runs[True])
+    means = [statistics.fmean(rps) for rps in per_server.values()]
     return Outcome(
         off,
-        on,
+        logged,
         statistics.median(ratios),
         tuple(ratios),
         1e6 * cpu[False] / off.requests,
-        1e6 * cpu[True] / on.requests,
+        1e6 * cpu[True] / logged.requests,
+        max(means) / min(means) - 1,
+        toggled,
     )
 
 
@@ -298,6 +332,21 @@ def render(
             f"{len(outcome.ratios)} rounds' on/off ratios (quartiles {q[0]:.3f} and {q[2]:.3f})."
             f" Server CPU per request: {outcome.cpu_off_us:.0f} us off, {outcome.cpu_on_us:.0f}"
             f" us on ({cpu:+.1f} %)."
+            + (
+                f" The servers without a log differ among themselves by up to "
+                f"{100 * outcome.spread:.1f} % in requests/s (their means)."
+                if outcome.spread
+                else ""
+            )
+        )
+        t = outcome.toggled
+        same = 100 * (1 - t["ratio"])
+        lines.append(
+            f"  The same logging servers with their prediction log switched off and on in "
+            f"turns ({t['pairs']:.0f} pairs of runs): **{same:+.1f} %** fewer requests/s with "
+            f"it on (median of the pairs' ratios; quartiles {t['low']:.3f} and "
+            f"{t['high']:.3f}), server CPU per request {t['cpu_off']:.0f} us off, "
+            f"{t['cpu_on']:.0f} us on ({100 * (t['cpu_on'] / t['cpu_off'] - 1):+.1f} %)."
         )
     if down is not None:
         lines += [
@@ -346,6 +395,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one run")
     parser.add_argument("--repeats", type=int, default=7, help="rounds of four runs")
+    parser.add_argument("--instances", type=int, default=1, help="servers per setup")
     parser.add_argument("--outage-seconds", type=float, default=60.0)
     parser.add_argument("--p95-outage-seconds", type=float, default=30.0, help="outage-p95")
     parser.add_argument("--window-seconds", type=float, default=2.0, help="outage-p95 windows")
@@ -368,7 +418,14 @@ def main() -> int:
                     True: _trivial(workdir, _sink(broker, broker.topic())),
                 }
                 results["trivial"] = side_by_side(
-                    configs, TRIVIAL_BODY, 8, args.seconds, args.repeats, workdir, "trivial"
+                    configs,
+                    TRIVIAL_BODY,
+                    8,
+                    args.seconds,
+                    args.repeats,
+                    workdir,
+                    "trivial",
+                    args.instances,
                 )
             if "minilm" in chosen:
                 configs = {
@@ -377,7 +434,14 @@ def main() -> int:
                 }
                 body = {"model_id": "minilm", "features": {"text": SENTENCE}}
                 results["MiniLM INT8 text-in"] = side_by_side(
-                    configs, body, 32, args.seconds, args.repeats, workdir, "MiniLM INT8 text-in"
+                    configs,
+                    body,
+                    32,
+                    args.seconds,
+                    args.repeats,
+                    workdir,
+                    "MiniLM INT8 text-in",
+                    args.instances,
                 )
             if "outage" in chosen:
                 down = outage(broker, workdir, args.outage_seconds)

@@ -32,19 +32,17 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _load import LoadResult, Server, median_of, run_hey
+from _load import LoadResult, Server, median_of, run_hey, run_hey_together
+from _toggle import Toggle, toggle_rounds, worker_pids
 from overheads import _cpu_ticks
 from run import ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
@@ -66,63 +64,6 @@ def _without_opentelemetry(workdir: Path) -> Path:
     (stub / "opentelemetry").mkdir(parents=True)
     (stub / "opentelemetry" / "__init__.py").write_text("raise ImportError('not installed')\n")
     return stub
-
-
-TOGGLE_SITE = """\
-import os
-import signal
-
-_DIRECTORY = os.environ.get("BENCH_TRACING_TOGGLE_DIR")
-
-
-def _toggle(signum, frame):
-    from servinglib.serving import tracing
-
-    global _SAVED
-    if tracing.ACTIVE is not None:
-        _SAVED, tracing.ACTIVE = tracing.ACTIVE, None
-    elif _SAVED is not None:
-        tracing.ACTIVE = _SAVED
-    state = "on" if tracing.ACTIVE is not None else "off"
-    with open(os.path.join(_DIRECTORY, str(os.getpid())), "w") as f:
-        f.write(state)
-
-
-_SAVED = None
-if _DIRECTORY:
-    os.register_at_fork(after_in_child=lambda: signal.signal(signal.SIGRTMIN + 1, _toggle))
-"""
-
-
-def _toggle_harness(workdir: Path) -> tuple[Path, Path]:
-    """A ``sitecustomize`` that lets this benchmark switch a worker's tracing off and on
-    again (a signal swaps ``servinglib.serving.tracing.ACTIVE`` with None), and the
-    directory where each worker says which it is in. Benchmark scaffolding only: the
-    server has no such switch."""
-    site, states = workdir / "toggle-site", workdir / "toggle-states"
-    site.mkdir()
-    states.mkdir()
-    (site / "sitecustomize.py").write_text(TOGGLE_SITE)
-    return site, states
-
-
-def _switch(server: Server, states: Path, on: bool) -> None:
-    """Turn the tracing of every worker of ``server`` on or off; waits until each says so."""
-    want = "on" if on else "off"
-    workers = _workers(server)
-
-    def state(pid: str) -> str:
-        path = states / pid
-        return path.read_text() if path.exists() else "on"  # tracing starts on
-
-    for pid in workers:
-        if state(pid) != want:
-            os.kill(int(pid), signal.SIGRTMIN + 1)
-    deadline = time.monotonic() + 10
-    while any(state(pid) != want for pid in workers):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"workers {workers} did not turn tracing {want} within 10 s")
-        time.sleep(0.02)
 
 
 def span_cost_us() -> dict[str, float]:
@@ -174,13 +115,6 @@ def span_cost_us() -> dict[str, float]:
     return costs
 
 
-def _workers(server: Server) -> list[str]:
-    found = subprocess.run(
-        ["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True, check=True
-    )
-    return found.stdout.split()
-
-
 ABSENT = "OpenTelemetry not installed"
 ABSENT_FULL = "OpenTelemetry not installed, beside the 100 % server"
 FULL = "tracing on, 100 % sampled"
@@ -196,6 +130,7 @@ class Measured:
     ratios: dict[str, float]  # median over rounds of (setup / its baseline) requests/s
     spread: float  # the fastest not-installed server's requests/s over the slowest's, minus 1
     toggled: dict[str, float]  # on the 1 % servers: median ratio on/off, CPU/request each
+    together: dict[str, dict[str, float]]  # off and 1 % loaded at once with not installed
 
 
 def measure(
@@ -214,15 +149,15 @@ def measure(
     receiver = OtlpReceiver()
     otlp = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
     stub = _without_opentelemetry(workdir)
-    site, states = _toggle_harness(workdir)
+    toggle = Toggle(workdir, "tracing")
     low = {
         **otlp,
         "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
         "OTEL_TRACES_SAMPLER_ARG": "0.01",
-        "BENCH_TRACING_TOGGLE_DIR": str(states),
+        **toggle.env,
     }
     phases: list[dict[str, tuple[dict[str, str], Path | None]]] = [
-        {ABSENT: ({}, stub), OFF: ({}, None), ONE: (low, site)},
+        {ABSENT: ({}, stub), OFF: ({}, None), ONE: (low, toggle.site)},
         {FULL: ({**otlp, "OTEL_TRACES_SAMPLER": "always_on"}, None)},
     ]
     config, body, concurrency, threads = _scenario(model, workdir)
@@ -232,13 +167,9 @@ def measure(
     ratios: dict[str, list[float]] = {}
     per_server: dict[int, list[float]] = {}  # requests/s of each not-installed server
     toggled: dict[str, float] = {}
+    together: dict[str, dict[str, float]] = {}
 
-    def load(server: Server, name: str) -> tuple[LoadResult, float]:
-        workers = _workers(server)
-        before = sum(_cpu_ticks(p) for p in workers)
-        result = run_hey(name, server.url + "/infer", body, concurrency, seconds)
-        ticks = sum(_cpu_ticks(p) for p in workers) - before
-        return result, ticks / 100 * 1e6 / result.requests
+    loader = _Loader(body, concurrency, seconds)
 
     try:
         for number, setups in enumerate(phases):
@@ -260,7 +191,7 @@ def measure(
                 this_round: dict[str, list[float]] = {}
                 for label, instance in keys[turn:] + keys[:turn]:
                     name = baseline if label == ABSENT else label
-                    result, cpu_us = load(started[label, instance], name)
+                    result, cpu_us = loader.one(started[label, instance], name)
                     runs.setdefault(name, []).append(result)
                     cpu.setdefault(name, []).append(cpu_us)
                     this_round.setdefault(name, []).append(result.rps)
@@ -269,9 +200,8 @@ def measure(
                 for name, rps in this_round.items():
                     base = statistics.fmean(this_round[baseline])
                     ratios.setdefault(name, []).append(statistics.fmean(rps) / base)
-            if number == 0:  # the same 1 % servers, tracing switched off and on in turns
-                ones = [started[ONE, instance] for instance in range(instances)]
-                toggled = _toggle_rounds(ones, states, load, repeats)
+            if number == 0:  # the 1 % servers switched off and on; setups loaded at once
+                toggled, together = _beside(started, instances, toggle, loader, repeats)
     finally:
         for server in started.values():
             server.stop()
@@ -283,38 +213,83 @@ def measure(
         {name: statistics.median(found) for name, found in ratios.items()},
         max(means) / min(means) - 1,
         toggled,
+        together,
     )
 
 
-def _toggle_rounds(
-    servers: list[Server],
-    states: Path,
-    load: Callable[[Server, str], tuple[LoadResult, float]],
+@dataclass(frozen=True)
+class _Loader:
+    """Loads a server with ``hey`` and reads its workers' CPU per request (us)."""
+
+    body: Any
+    concurrency: int
+    seconds: float
+
+    def one(self, server: Server, name: str) -> tuple[LoadResult, float]:
+        """A run of ``server`` labelled ``name``, and its workers' CPU per request."""
+        return self.at_once([(server, name)])[0]
+
+    def at_once(self, servers: list[tuple[Server, str]]) -> list[tuple[LoadResult, float]]:
+        """A run of each server at the same time (one ``hey`` each)."""
+        workers = [worker_pids(server) for server, _ in servers]
+        before = [sum(_cpu_ticks(p) for p in pids) for pids in workers]
+        url, body, c, seconds = "/infer", self.body, self.concurrency, self.seconds
+        runs = [(name, server.url + url, body, c, seconds) for server, name in servers]
+        results = [run_hey(*runs[0])] if len(runs) == 1 else run_hey_together(runs)
+        return [
+            (result, (sum(_cpu_ticks(p) for p in pids) - was) / 100 * 1e6 / result.requests)
+            for result, pids, was in zip(results, workers, before, strict=True)
+        ]
+
+
+def _beside(
+    started: dict[tuple[str, int], Server],
+    instances: int,
+    toggle: Toggle,
+    loader: _Loader,
     repeats: int,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The 1 % servers with tracing switched off and on in turns; then "off" and "1 %"
+    each loaded at the same time as the not-installed servers."""
+    ones = [started[ONE, instance] for instance in range(instances)]
+    toggled = toggle_rounds(
+        ones, toggle, lambda server, on: loader.one(server, ONE if on else OFF), repeats
+    )
+    absent = [started[ABSENT, instance] for instance in range(instances)]
+    together = {
+        label: _together(absent, [started[label, i] for i in range(instances)], label, loader)
+        for label in (OFF, ONE)
+    }
+    return toggled, together
+
+
+TOGETHER_ROUNDS = 2  # each not-installed server beside each server of the other setup, twice
+
+
+def _together(
+    absent: list[Server],
+    others: list[Server],
+    label: str,
+    loader: _Loader,
 ) -> dict[str, float]:
-    """Each server measured with its tracing on and off in turns, ``repeats`` pairs each:
-    the median ratio on/off of requests/s, its quartiles, and the median CPU per request."""
-    cpu: dict[bool, list[float]] = {True: [], False: []}
-    ratios: list[float] = []
-    for repeat in range(repeats):
-        for number, server in enumerate(servers):
-            found: dict[bool, float] = {}
-            for on in (True, False) if (repeat + number) % 2 == 0 else (False, True):
-                _switch(server, states, on)
-                result, cpu_us = load(server, ONE if on else OFF)
-                cpu[on].append(cpu_us)
-                found[on] = result.rps
-            ratios.append(found[True] / found[False])
-    for server in servers:
-        _switch(server, states, True)
-    ordered = sorted(ratios)
+    """Each not-installed server loaded at the same time as each server of ``label``
+    (two ``hey`` at once, every pairing :data:`TOGETHER_ROUNDS` times): the median ratio of
+    requests/s and of CPU per request, ``label`` over not installed, with quartiles."""
+    rps: list[float] = []
+    cpu: list[float] = []
+    for _ in range(TOGETHER_ROUNDS):
+        for base in absent:
+            for other in others:
+                (b, b_cpu), (o, o_cpu) = loader.at_once([(base, ABSENT), (other, label)])
+                rps.append(o.rps / b.rps)
+                cpu.append(o_cpu / b_cpu)
+    ordered = sorted(rps)
     return {
-        "ratio": statistics.median(ratios),
+        "ratio": statistics.median(rps),
         "low": ordered[len(ordered) // 4],
         "high": ordered[(3 * len(ordered)) // 4],
-        "cpu_on": statistics.median(cpu[True]),
-        "cpu_off": statistics.median(cpu[False]),
-        "pairs": len(ratios),
+        "cpu": statistics.median(cpu),
+        "pairs": len(rps),
     }
 
 
@@ -360,7 +335,19 @@ def _ratios(measured: Measured) -> str:
         f"**{100 * (toggle['ratio'] - 1):+.1f} %** requests/s (median of the pairs' ratios; "
         f"quartiles {100 * (toggle['low'] - 1):+.1f} % and {100 * (toggle['high'] - 1):+.1f} %), "
         f"worker CPU per request {toggle['cpu_on']:.0f} against {toggle['cpu_off']:.0f} us "
-        f"(**{100 * (toggle['cpu_on'] / toggle['cpu_off'] - 1):+.1f} %**)."
+        f"(**{100 * (toggle['cpu_on'] / toggle['cpu_off'] - 1):+.1f} %**).\n\n"
+        "Loaded at the same time as a not-installed server (two `hey` at once, each server "
+        "beside each of the other setup's): "
+        + "; ".join(
+            f"{name} **{100 * (t['ratio'] - 1):+.1f} %** requests/s (quartiles "
+            f"{100 * (t['low'] - 1):+.1f} % and {100 * (t['high'] - 1):+.1f} %, "
+            f"{t['pairs']:.0f} pairs), worker CPU per request {100 * (t['cpu'] - 1):+.1f} %"
+            for name, t in (
+                ("installed but off", measured.together[OFF]),
+                ("1 % sampled", measured.together[ONE]),
+            )
+        )
+        + ". Setups loaded at once share every moment of the machine's noise."
     )
 
 

@@ -28,6 +28,7 @@ import os
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +61,16 @@ def _tracing(on):
 def _prediction_log(on):
     from servinglib.serving.service import InferenceService
 
-    services = [o for o in gc.get_objects() if isinstance(o, InferenceService)]
+    services = _SAVED.get("services")
+    if services is None:  # the worker froze its objects after loading (gc.freeze)
+        gc.unfreeze()
+        try:
+            services = [o for o in gc.get_objects() if isinstance(o, InferenceService)]
+        finally:
+            gc.freeze()
+        _SAVED["services"] = services
+    if not services:
+        raise RuntimeError("no InferenceService in this worker")
     for service in services:
         if on:
             service._recorder = _SAVED.pop(id(service), service._recorder)
@@ -73,10 +83,14 @@ _ON = [True]
 
 
 def _toggle(signum, frame):
-    _ON[0] = not _ON[0]
-    _PARTS[_PART](_ON[0])
+    try:
+        _PARTS[_PART](not _ON[0])
+        _ON[0] = not _ON[0]
+        state = "on" if _ON[0] else "off"
+    except Exception as e:  # said to the benchmark, which stops: never into the worker
+        state = f"failed: {e!r}"
     with open(os.path.join(_DIRECTORY, str(os.getpid())), "w") as f:
-        f.write("on" if _ON[0] else "off")
+        f.write(state)
 
 
 if _DIRECTORY and _PART in _PARTS:
@@ -97,8 +111,8 @@ class Toggle:
     :attr:`site` first on their path and :attr:`env` in their environment."""
 
     def __init__(self, workdir: Path, part: str) -> None:
-        self.site, self.states = workdir / f"toggle-{part}", workdir / f"toggle-{part}-states"
-        self.site.mkdir()
+        self.site = Path(tempfile.mkdtemp(prefix=f"toggle-{part}-", dir=workdir))
+        self.states = self.site / "states"
         self.states.mkdir()
         (self.site / "sitecustomize.py").write_text(SITE)
         self.env = {"BENCH_TOGGLE_DIR": str(self.states), "BENCH_TOGGLE_PART": part}
@@ -121,6 +135,9 @@ class Toggle:
                 os.kill(int(pid), SIGNAL)
         deadline = time.monotonic() + 10
         while any(state(pid) != want for pid in workers):
+            failed = [state(pid) for pid in workers if state(pid).startswith("failed")]
+            if failed:
+                raise SystemExit(f"workers {workers} could not turn {want}: {failed}")
             if time.monotonic() > deadline:
                 raise SystemExit(f"workers {workers} did not turn {want} within 10 s")
             time.sleep(0.02)

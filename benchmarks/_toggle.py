@@ -35,7 +35,7 @@ from pathlib import Path
 
 from _load import LoadResult, Server
 
-__all__ = ["Toggle", "toggle_rounds", "worker_pids"]
+__all__ = ["Toggle", "ratio_summary", "toggle_rounds", "worker_pids"]
 
 SIGNAL = signal.SIGRTMIN + 1
 
@@ -134,8 +134,8 @@ class Toggle:
             if state(pid) != want:
                 os.kill(int(pid), SIGNAL)
         deadline = time.monotonic() + 10
-        while any(state(pid) != want for pid in workers):
-            failed = [state(pid) for pid in workers if state(pid).startswith("failed")]
+        while (states := [state(pid) for pid in workers]) != [want] * len(workers):
+            failed = [found for found in states if found.startswith("failed")]
             if failed:
                 raise SystemExit(f"workers {workers} could not turn {want}: {failed}")
             if time.monotonic() > deadline:
@@ -166,12 +166,20 @@ def toggle_rounds(
             ratios.append(found[True] / found[False])
     for server in servers:
         toggle.switch(server, True)
-    ordered = sorted(ratios)
     return {
-        "ratio": statistics.median(ratios),
-        "low": ordered[len(ordered) // 4],
-        "high": ordered[(3 * len(ordered)) // 4],
+        **ratio_summary(ratios),
         "cpu_on": statistics.median(cpu[True]),
         "cpu_off": statistics.median(cpu[False]),
-        "pairs": len(ratios),
+    }
+
+
+def ratio_summary(ratios: list[float]) -> dict[str, float]:
+    """The median of paired runs' ratios (``ratio``), its quartiles (``low``, ``high``) and
+    the number of pairs (``pairs``)."""
+    ordered = sorted(ratios)
+    return {
+        "ratio": statistics.median(ordered),
+        "low": ordered[len(ordered) // 4],
+        "high": ordered[(3 * len(ordered)) // 4],
+        "pairs": len(ordered),
     }

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _load import LoadResult, Server, median_of, run_hey, run_hey_together
-from _toggle import Toggle, toggle_rounds, worker_pids
+from _toggle import Toggle, ratio_summary, toggle_rounds, worker_pids
 from overheads import _cpu_ticks
 from run import ROOT, TRIVIAL_BODY, _machine, start_servinglib, write_docs
 
@@ -283,14 +283,7 @@ def _together(
                 (b, b_cpu), (o, o_cpu) = loader.at_once([(base, ABSENT), (other, label)])
                 rps.append(o.rps / b.rps)
                 cpu.append(o_cpu / b_cpu)
-    ordered = sorted(rps)
-    return {
-        "ratio": statistics.median(rps),
-        "low": ordered[len(ordered) // 4],
-        "high": ordered[(3 * len(ordered)) // 4],
-        "cpu": statistics.median(cpu),
-        "pairs": len(rps),
-    }
+    return {**ratio_summary(rps), "cpu": statistics.median(cpu)}
 
 
 def _scenario(model: str, workdir: Path) -> tuple[Path, Any, int, int]:

@@ -64,7 +64,8 @@ def lake_schema() -> Any:
 def _fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
     try:
         import fsspec
-        import pyarrow  # noqa: F401  (fail at start, not at the first write)
+        import pyarrow.parquet  # noqa: F401  (fail, and pay the import, at start: not at
+        # the first write, where a worker would hold its first records for the import)
     except ImportError as e:
         raise ConfigError(
             "a parquet prediction sink needs pyarrow and fsspec: pip install 'servinglib[parquet]'"

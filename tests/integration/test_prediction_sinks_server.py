@@ -70,12 +70,14 @@ def window_p95s(answers: list[tuple[int, float]], window: int = 50) -> list[floa
     return [sorted(chunk)[int(window * 0.95)] for chunk in chunks]
 
 
-def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
+def wait_for(condition: Any, what: str, timeout_s: float = 60) -> Any:
+    """The first true value of ``condition()``, polled until ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
-    while not condition():
+    while not (value := condition()):
         if time.monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {timeout_s} s")
         time.sleep(0.1)
+    return value
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGQUIT"])
@@ -221,6 +223,11 @@ def test_a_broker_outage_spools_then_delivers_everything_and_a_full_spool_counts
     )
 
 
+def writers(lake: Path) -> set[int]:
+    """The pids of the workers that wrote lake files (``part-<time_ns>-<pid>-<n>``)."""
+    return {int(path.name.split("-")[2]) for path in lake.rglob("part-*.parquet")}
+
+
 def test_parquet_lake_survives_kill_9_and_feeds_profile_from_log(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
@@ -238,8 +245,10 @@ def test_parquet_lake_survives_kill_9_and_feeds_profile_from_log(tmp_path: Path)
         for round_ in range(2):  # kill -9 a worker while it writes files, then serve on
             with ThreadPoolExecutor(max_workers=8) as pool:
                 futures = [pool.submit(infer, server.url, round_ * 1000 + i) for i in range(200)]
-                wait_for(lambda: any(lake.rglob("*.parquet")), "a first lake file")
-                os.kill(min(worker_pids(server)), signal.SIGKILL)
+                # The victim is a worker seen writing (its pid is in the file names): one
+                # killed before its first write would lose everything it had answered.
+                victim = wait_for(lambda: writers(lake) & set(worker_pids(server)), "a lake file")
+                os.kill(min(victim), signal.SIGKILL)
                 answered += sum(f.result()[0] == 200 for f in futures)
             wait_for(lambda: len(worker_pids(server)) == 2, "the replacement worker", 120)
         server.process.send_signal(signal.SIGTERM)

@@ -1,19 +1,23 @@
-"""The gRPC server of one worker: grpcio's asyncio server on the worker's event loop.
+"""The gRPC server of one worker: servinglib's own HTTP/2 server on the worker's event loop.
 
 Every worker binds ``server.host:server.grpc_port`` with ``SO_REUSEPORT``, so the kernel
-spreads new connections over the workers as it does for HTTP. The server takes messages up
-to ``server.max_request_body_bytes``, accepts gzip, keeps idle connections alive with HTTP/2
-pings, and serves ``grpc.health.v1.Health`` next to the inference service: its status (for
-the whole server, ``""``, and for ``inference.GRPCInferenceService``) follows the worker's
-readiness, and turns NOT_SERVING when the worker starts draining; ``liveness`` follows the
-worker's liveness only (never its models: a Kubernetes ``grpc:`` liveness probe names it).
+spreads new connections over the workers as it does for HTTP. Calls are served by
+:mod:`~servinglib.grpc_front.http2` and :mod:`~servinglib.grpc_front.rpc` rather than
+grpcio's server, whose own work per call was more than servinglib's whole REST request
+path (see :doc:`explanation/grpc`). The server takes messages up to
+``server.max_request_body_bytes``, accepts gzip and deflate, closes connections idle for
+``server.keepalive_s``, and serves ``grpc.health.v1.Health`` next to the inference
+service: its status (for the whole server, ``""``, and for
+``inference.GRPCInferenceService``) follows the worker's readiness, and turns NOT_SERVING
+when the worker starts draining; ``liveness`` follows the worker's liveness only (never its
+models: a Kubernetes ``grpc:`` liveness probe names it).
 
 Example::
 
     front = GrpcFrontEnd(service, metrics, config.server, readiness, liveness)
     await front.start()          # on the worker's event loop, after its models loaded
     ...
-    await front.stop(grace_s=25) # in-flight calls answered, then GOAWAY
+    await front.stop(grace_s=25) # GOAWAY, in-flight calls answered, then closed
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from servinglib.config.spec import ServerConfig
 from servinglib.grpc_front.calls import InferCalls
-from servinglib.grpc_front.handlers import SERVICE_NAME, method_handlers
+from servinglib.grpc_front.handlers import SERVICE_NAME, method_table
+from servinglib.grpc_front.health import HEALTH_SERVICE, NOT_SERVING, SERVING, HealthServicer
+from servinglib.grpc_front.http2 import Http2Connection
+from servinglib.grpc_front.proto import inference_pb2
+from servinglib.grpc_front.rpc import GrpcApplication
 from servinglib.grpc_front.servicer import InferenceServicer
 from servinglib.monitoring.metrics import ServingMetrics
 from servinglib.serving.service import InferenceService
@@ -40,26 +48,7 @@ log = logging.getLogger("servinglib.grpc")
 INFER_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})  # they answer malformed requests
 READINESS_POLL_S = 1.0  # how often the health status is brought up to date
 LIVENESS_SERVICE = "liveness"  # the health service name that follows liveness, not readiness
-
-_SERVING = health_pb2.HealthCheckResponse.SERVING
-_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def server_options(server: ServerConfig) -> list[tuple[str, int]]:
-    """grpc core channel arguments: message limits, port sharing, keepalive."""
-    limit = server.max_request_body_bytes
-    return [
-        ("grpc.max_receive_message_length", limit),
-        # Answers are not the client's to bound: a large output must not fail the call.
-        ("grpc.max_send_message_length", -1),
-        ("grpc.so_reuseport", 1),
-        ("grpc.keepalive_time_ms", server.keepalive_s * 1000),
-        ("grpc.keepalive_timeout_ms", 20_000),
-        # Clients (Envoy, grpc-go) ping idle connections; allow it every 10 s or more.
-        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.max_connection_idle_ms", server.keepalive_s * 1000),
-    ]
+BACKLOG = 2048
 
 
 class GrpcFrontEnd:
@@ -83,8 +72,11 @@ class GrpcFrontEnd:
             self._liveness,
             server.compress_min_bytes,
         )
-        self._health = health.aio.HealthServicer()
-        self._server: grpc.aio.Server | None = None
+        self._health: HealthServicer | None = None
+        self._app: GrpcApplication | None = None
+        self._server: asyncio.Server | None = None
+        # Each connection, with its count of streams and when that count last moved.
+        self._connections: dict[Http2Connection, tuple[int, float]] = {}
         self._watch: asyncio.Task[None] | None = None
         self.port = 0
 
@@ -95,21 +87,37 @@ class GrpcFrontEnd:
             RuntimeError: the address cannot be bound.
         """
         config = self._config
-        server = grpc.aio.server(options=server_options(config))
-        handlers = method_handlers(self._servicer, INFER_METHODS)
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),)
-        )
-        server.add_registered_method_handlers(SERVICE_NAME, handlers)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        host = f"[{config.host}]" if ":" in config.host else config.host  # an IPv6 address
-        self.port = server.add_insecure_port(f"{host}:{config.grpc_port}")
-        await server.start()
-        self._server = server
-        await self._set_health(self._readiness(), self._liveness())
+        self._health = HealthServicer()
+        methods = method_table(self._servicer, inference_pb2, SERVICE_NAME, INFER_METHODS)
+        methods.update(method_table(self._health, health_pb2, HEALTH_SERVICE))
+        self._app = GrpcApplication(methods, config.max_request_body_bytes)
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                self._connection,
+                config.host,
+                config.grpc_port,
+                reuse_port=True,
+                backlog=BACKLOG,
+            )
+        except OSError as e:
+            raise RuntimeError(
+                f"gRPC: cannot bind {config.host}:{config.grpc_port} ({e}); free the port or "
+                "change server.grpc_port"
+            ) from e
+        for sock in self._server.sockets:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._set_health(self._readiness(), self._liveness())
         self._watch = asyncio.ensure_future(self._follow_readiness())
         log.info("gRPC: serving %s on %s:%d", SERVICE_NAME, config.host, self.port)
         return self.port
+
+    def _connection(self) -> Http2Connection:
+        assert self._app is not None
+        connection = Http2Connection(self._app, lambda c: self._connections.pop(c, None))
+        self._connections[connection] = (0, asyncio.get_running_loop().time())
+        return connection
 
     async def stop(self, grace_s: float) -> None:
         """Stop taking calls (GOAWAY), answer those in flight for up to ``grace_s``."""
@@ -119,22 +127,46 @@ class GrpcFrontEnd:
                 await self._watch
         if self._server is None:
             return
-        await self._set_health(ready=False, live=False)
-        await self._server.stop(grace_s)
+        self._set_health(ready=False, live=False)
+        self._server.close()
+        for connection in list(self._connections):
+            connection.go_away()
+        assert self._app is not None
+        calls = set(self._app.calls)
+        if calls:
+            _, late = await asyncio.wait(calls, timeout=grace_s)
+            if late:
+                log.warning("gRPC: %d calls running after %.0f s; cancelled", len(late), grace_s)
+                for call in late:
+                    call.cancel()
+        for connection in list(self._connections):
+            connection.abort(0, "the server stopped")
         self._server = None
 
-    async def _set_health(self, ready: bool, live: bool) -> None:
-        status = _SERVING if ready else _NOT_SERVING
+    def _set_health(self, ready: bool, live: bool) -> None:
+        if self._health is None:
+            return
+        status = SERVING if ready else NOT_SERVING
         for name in ("", SERVICE_NAME):
-            await self._health.set(name, status)
-        await self._health.set(LIVENESS_SERVICE, _SERVING if live else _NOT_SERVING)
+            self._health.set(name, status)
+        self._health.set(LIVENESS_SERVICE, SERVING if live else NOT_SERVING)
 
     async def _follow_readiness(self) -> None:
-        """Keep the health statuses equal to the worker's readiness and liveness."""
+        """Keep the health statuses equal to the worker's readiness and liveness, and
+        close connections idle for ``server.keepalive_s``."""
         state = (self._readiness(), self._liveness())
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(READINESS_POLL_S)
             now = (self._readiness(), self._liveness())
             if now != state:
                 state = now
-                await self._set_health(*state)
+                self._set_health(*state)
+            self._close_idle(loop.time())
+
+    def _close_idle(self, now: float) -> None:
+        for connection, (opened, seen) in list(self._connections.items()):
+            if connection.streams or connection.opened != opened:
+                self._connections[connection] = (connection.opened, now)
+            elif now - seen > self._config.keepalive_s:
+                connection.go_away()

@@ -167,10 +167,14 @@ class Http2Connection(asyncio.Protocol):
     """The server side of one HTTP/2 connection (prior knowledge, no TLS: h2c)."""
 
     def __init__(
-        self, app: StreamApplication, on_close: Callable[[Http2Connection], object]
+        self,
+        app: StreamApplication,
+        on_close: Callable[[Http2Connection], object],
+        crowded: Callable[[], bool] | None = None,
     ) -> None:
         self._app = app
         self._on_close = on_close  # told when the connection is lost
+        self._crowded = crowded  # asked after each answered stream: True sends GOAWAY
         self._transport: asyncio.Transport | None = None
         self._pending = b""
         self._preface = False
@@ -477,7 +481,7 @@ class Http2Connection(asyncio.Protocol):
 
     def go_away(self) -> None:
         """Take no new stream; close once the open ones are answered."""
-        if self.draining and self.closed:
+        if self.draining or self.closed:
             return
         self.draining = True
         payload = self._last_stream.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
@@ -490,7 +494,11 @@ class Http2Connection(asyncio.Protocol):
         self._closed_stream()
 
     def _closed_stream(self) -> None:
-        if self.draining and not self.streams and self._transport is not None:
+        if not self.draining:
+            if self._crowded is not None and self._crowded():
+                self.go_away()  # the client reconnects, likely to a less busy worker
+            return
+        if not self.streams and self._transport is not None:
             self._transport.close()
 
     def _pump(self) -> None:

@@ -52,6 +52,7 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
     }
 
     balance: ClassVar[ConnectionBalance | None] = None  # shared by the workers of a server
+    grpc_balance: ClassVar[ConnectionBalance | None] = None  # the same, for gRPC connections
     serving: Worker | None = None  # this process's worker, once built
     grpc: Any = None  # the gRPC front end (servinglib.grpc_front), when server.grpc_port is set
 
@@ -59,6 +60,7 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)  # runs in the master, before the fork
         if AsyncioWorker.balance is None:
             AsyncioWorker.balance = ConnectionBalance(slots=max(8, 2 * self.cfg.workers))
+            AsyncioWorker.grpc_balance = ConnectionBalance(slots=max(8, 2 * self.cfg.workers))
 
     def load_wsgi(self) -> None:
         """Load every model (the worker), then build the event-loop app around it."""
@@ -88,8 +90,15 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         if server.grpc_port:  # imported only here, after fork: grpc must not start in the master
             from servinglib.grpc_front.server import GrpcFrontEnd
 
+            grpc_balance = AsyncioWorker.grpc_balance
+            assert grpc_balance is not None
+            grpc_balance.join()
             self.grpc = GrpcFrontEnd(
-                serving.service, serving.metrics, server, liveness=serving.is_live
+                serving.service,
+                serving.metrics,
+                server,
+                liveness=serving.is_live,
+                balance=grpc_balance,
             )
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -119,8 +128,9 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
             if not server.started:
                 sys.exit(Arbiter.WORKER_BOOT_ERROR)
         finally:
-            if AsyncioWorker.balance is not None:
-                AsyncioWorker.balance.leave()
+            for balance in (AsyncioWorker.balance, AsyncioWorker.grpc_balance):
+                if balance is not None:
+                    balance.leave()
 
 
 SHUTDOWN_GRACE_S = 0.1  # how long an idle connection is still read once the worker stops

@@ -9,6 +9,7 @@ import contextlib
 import random
 import socket
 import struct
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -283,3 +284,34 @@ def _raw_quick(address: str, data: bytes) -> None:
         sock.settimeout(0.2)  # a reply or not: the next sample goes on either way
         with contextlib.suppress(TimeoutError, ConnectionResetError):
             sock.recv(65_536)
+
+
+def _whoami(channel: grpc.Channel) -> int:
+    request = pb.ModelInferRequest(model_name="whoami")
+    request.inputs.add(name="x", datatype="FP32", shape=[1])
+    request.raw_input_contents.append(np.zeros(1, "<f4").tobytes())
+    call = channel.unary_unary(
+        INFER,
+        request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=pb.ModelInferResponse.FromString,
+    )
+    answer = call(request, timeout=30)
+    return int(np.frombuffer(answer.raw_output_contents[0], "<i8")[0])
+
+
+def test_connections_spread_evenly_over_the_workers(server: GrpcServer) -> None:
+    # 16 connections opened at once land on the workers by the kernel's hash (8/8 one time
+    # in five); a worker holding clearly more sends GOAWAY and the client reconnects, until
+    # the workers hold 8 each. Each channel keeps its own connection (no subchannel pool).
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(server.grpc_address, options=options) for _ in range(16)]
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            split = Counter(_whoami(channel) for channel in channels)
+            if sorted(split.values()) == [8, 8]:
+                break
+            assert time.monotonic() < deadline, f"still {dict(split)} after 60 s"
+    finally:
+        for channel in channels:
+            channel.close()

@@ -28,6 +28,7 @@ class HealthServicer:
     def __init__(self) -> None:
         self._statuses: dict[str, int] = {}
         self._changed = asyncio.Event()
+        self._closed = False
 
     def set(self, service: str, status: int) -> None:
         """Set ``service``'s status (watchers are told of a change)."""
@@ -35,6 +36,11 @@ class HealthServicer:
             self._statuses[service] = status
             self._changed.set()
             self._changed = asyncio.Event()
+
+    def close(self) -> None:
+        """End every watch (their last answer sent), as the server stops."""
+        self._closed = True
+        self._changed.set()
 
     async def Check(self, request: Any, context: Any) -> Any:  # noqa: N802
         """The status of ``request.service``."""
@@ -46,10 +52,13 @@ class HealthServicer:
     async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """The status of ``request.service`` now, then at every change."""
         last = None
-        while True:
+        while not self._closed:
             changed = self._changed
             status = self._statuses.get(request.service, _UNKNOWN)
             if status != last:
                 last = status
                 yield health_pb2.HealthCheckResponse(status=status)
             await changed.wait()
+        status = self._statuses.get(request.service, _UNKNOWN)
+        if status != last:
+            yield health_pb2.HealthCheckResponse(status=status)

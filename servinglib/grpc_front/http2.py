@@ -59,6 +59,8 @@ WINDOW_BYTES = 1 << 20  # credit per stream and for the connection
 _DEFAULT_WINDOW = 65_535
 _MAX_WINDOW = 2**31 - 1
 _CACHED_BLOCKS = 64  # header blocks remembered per connection
+_GOAWAY_PING = b"goaway\x00\x01"  # the PING that follows the first GOAWAY
+_GOAWAY_PING_S = 5.0  # the final GOAWAY follows this long after the first without an answer
 
 
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
@@ -190,7 +192,9 @@ class Http2Connection(asyncio.Protocol):
         self._received = 0  # bytes read since connection credit was last given back
         self._waiting: dict[int, Stream] = {}  # streams with data waiting for credit
         self.opened = 0  # streams opened so far
-        self.draining = False  # GOAWAY sent: no new streams
+        self.leaving = False  # the first GOAWAY sent: the client opens no more streams here
+        self.draining = False  # the final GOAWAY sent: no new streams
+        self._finally: asyncio.TimerHandle | None = None
         self.closed = False
         self._handlers = {
             DATA: self._data,
@@ -222,6 +226,8 @@ class Http2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._finally is not None:
+            self._finally.cancel()
         streams, self.streams = self.streams, {}
         self._waiting.clear()
         for stream in streams.values():
@@ -384,6 +390,8 @@ class Http2Connection(asyncio.Protocol):
             raise Http2Error(PROTOCOL_ERROR, "a malformed PING")
         if not flags & ACK:
             self._write(frame(PING, ACK, 0, payload))
+        elif payload == _GOAWAY_PING:
+            self._final_goaway()
 
     def _goaway(self, flags: int, stream_id: int, payload: bytes) -> None:
         self.draining = True
@@ -480,10 +488,28 @@ class Http2Connection(asyncio.Protocol):
             self._closed_stream()
 
     def go_away(self) -> None:
-        """Take no new stream; close once the open ones are answered."""
+        """Take no new stream; close once the open ones are answered.
+
+        As RFC 9113 6.8 advises: a GOAWAY that still admits every stream, and a PING; the
+        client stops opening streams here when it reads the GOAWAY, so once the PING's
+        answer arrives, every stream it opened before is known. Then the GOAWAY naming the
+        last of them. A stream opened later is refused (REFUSED_STREAM: clients retry it
+        elsewhere); none is cut off by a close while its request is on the way.
+        """
+        if self.leaving or self.draining or self.closed:
+            return
+        self.leaving = True
+        everything = _MAX_WINDOW.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
+        self._write(frame(GOAWAY, 0, 0, everything) + frame(PING, 0, 0, _GOAWAY_PING))
+        loop = asyncio.get_running_loop()
+        self._finally = loop.call_later(_GOAWAY_PING_S, self._final_goaway)
+
+    def _final_goaway(self) -> None:
         if self.draining or self.closed:
             return
         self.draining = True
+        if self._finally is not None:
+            self._finally.cancel()
         payload = self._last_stream.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
         self._write(frame(GOAWAY, 0, 0, payload))
         self._closed_stream()
@@ -495,7 +521,7 @@ class Http2Connection(asyncio.Protocol):
 
     def _closed_stream(self) -> None:
         if not self.draining:
-            if self._crowded is not None and self._crowded():
+            if not self.leaving and self._crowded is not None and self._crowded():
                 self.go_away()  # the client reconnects, likely to a less busy worker
             return
         if not self.streams and self._transport is not None:

@@ -161,17 +161,27 @@ class GrpcFrontEnd:
         if self._server is None:
             return
         self._set_health(ready=False, live=False)
+        if self._health is not None:
+            self._health.close()
         self._server.close()
         for connection in list(self._connections):
             connection.go_away()
         assert self._app is not None
-        calls = set(self._app.calls)
-        if calls:
-            _, late = await asyncio.wait(calls, timeout=grace_s)
-            if late:
-                log.warning("gRPC: %d calls running after %.0f s; cancelled", len(late), grace_s)
-                for call in late:
-                    call.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        # Until every connection closed: each answers its calls, then (its final GOAWAY a
+        # round trip after the first) closes.
+        while self._connections and loop.time() < deadline:
+            calls = set(self._app.calls)
+            if calls:
+                await asyncio.wait(calls, timeout=deadline - loop.time())
+            else:
+                await asyncio.sleep(0.05)
+        late = set(self._app.calls)
+        if late:
+            log.warning("gRPC: %d calls running after %.0f s; cancelled", len(late), grace_s)
+            for call in late:
+                call.cancel()
         for connection in list(self._connections):
             connection.abort(0, "the server stopped")
         self._server = None

@@ -6,11 +6,14 @@
 builds into its cache from the tritonclient 2.50.0 wheel). One servinglib server (2 asyncio
 workers, ``server.grpc_port`` set) serves both protocols; Triton's ``perf_analyzer`` drives
 it with ``-i http`` (binary tensors in and out) and ``-i grpc`` (raw contents), in turns.
-Each concurrent request gets its own connection under both protocols: perf_analyzer's HTTP
-client opens one per context, and its gRPC client is run with
-``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`` (by default its contexts share a channel,
-one HTTP/2 connection, six at a time; the kernel hands each connection to one worker, so 32
-contexts made 6 connections, split 5:1 over the workers in one run). Setups:
+perf_analyzer's HTTP client opens one connection per context; its gRPC client runs as it
+comes, six contexts sharing a channel (one HTTP/2 connection). The kernel hands each
+connection to a worker by a hash, and the server's connection balance evens them out
+(20:13 of 33 connections before it, in one run). ``--one-connection-per-context`` sets
+``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`` instead, which costs the client more CPU
+per call (408-423 us against 279-293 us at concurrency 32), on the same two cores as the
+server. Worker and client CPU per request (from /proc and the client's rusage) are
+reported beside requests/s. Setups:
 
 * MiniLM INT8 (``runtime: onnx``, dynamic batching; needs
   ``python examples/sentence-embeddings/prepare.py``) with the benchmark sentence's token
@@ -27,14 +30,18 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import os
+import re
+import resource
 import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,11 +51,8 @@ from minilm import MODEL, servinglib_service, tokens
 from run import BIN, ROOT, _env, _machine, write_docs
 
 TRIVIAL = ROOT / "benchmarks/services/trivial"
-# One HTTP/2 connection per perf_analyzer context, as its HTTP client has one per context.
-CLIENT_ENV: dict[str, dict[str, str]] = {
-    "http": {},
-    "grpc": {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"},
-}
+CLIENT_ENV: dict[str, dict[str, str]] = {"http": {}, "grpc": {}}  # perf_analyzer's defaults
+ONE_CONNECTION_PER_CONTEXT = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
 TRIVIAL_TENSORS = """    inputs: [{name: values, datatype: FP32, shape: [16]}]
     outputs: [{name: sum, datatype: FP64, shape: [1]}]
 """
@@ -61,6 +65,8 @@ class Run:
     rps: float
     p50_ms: float
     p99_ms: float
+    server_us: float = 0.0  # worker CPU per request (every server process, from /proc)
+    client_us: float = 0.0  # perf_analyzer's CPU per request
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,31 @@ def start(config: Path, workdir: Path) -> tuple[Server, int]:
     return Server(command, port, "/readyz", workdir, env), grpc_port
 
 
+def answered(server: Server, protocol: str) -> float:
+    """Requests the server answered so far over ``protocol`` (its /metrics)."""
+    label = "grpc" if protocol == "grpc" else "v2"
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=30).read()
+    pattern = rf'servinglib_requests_total{{[^}}]*protocol="{label}"[^}}]*}} ([0-9.e+]+)'
+    return sum(float(value) for value in re.findall(pattern, text.decode()))
+
+
+def measured(
+    tool: Path, setup: Setup, server: Server, address: str, protocol: str, seconds: float
+) -> Run:
+    """A perf_analyzer run with the worker and client CPU per request it cost."""
+    count, cpu = answered(server, protocol), server.cpu_s()
+    client = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = perf(tool, setup, address, protocol, seconds)
+    requests = max(1.0, answered(server, protocol) - count)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_s = after.ru_utime + after.ru_stime - client.ru_utime - client.ru_stime
+    return dataclasses.replace(
+        run,
+        server_us=1e6 * (server.cpu_s() - cpu) / requests,
+        client_us=1e6 * client_s / requests,
+    )
+
+
 def perf(tool: Path, setup: Setup, address: str, protocol: str, seconds: float) -> Run:
     """One run of perf_analyzer; fails loudly when any request failed."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as report:
@@ -96,7 +127,10 @@ def perf(tool: Path, setup: Setup, address: str, protocol: str, seconds: float) 
         env = {**os.environ, "LD_LIBRARY_PATH": str(tool / "lib"), **CLIENT_ENV[protocol]}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
-            raise SystemExit(f"perf_analyzer failed:\n{done.stdout}\n{done.stderr}")
+            raise SystemExit(
+                f"perf_analyzer -i {protocol} ({setup.label}, concurrency {setup.concurrency}) "
+                f"failed:\n{done.stdout}\n{done.stderr}"
+            )
         row = next(csv.DictReader(Path(report.name).read_text().splitlines()))
     return Run(
         float(row["Inferences/Second"]),
@@ -158,7 +192,8 @@ def measure(tool: Path, seconds: float, rounds: int) -> Runs:
                     order = list(addresses) if round_ % 2 == 0 else list(addresses)[::-1]
                     for setup in chosen:
                         for protocol in order:
-                            run = perf(tool, setup, addresses[protocol], protocol, seconds)
+                            address = addresses[protocol]
+                            run = measured(tool, setup, server, address, protocol, seconds)
                             key = (setup.label, setup.concurrency, protocol)
                             runs.setdefault(key, []).append(run)
                             print(f"round {round_ + 1}: {key}: {run}", flush=True)
@@ -167,7 +202,16 @@ def measure(tool: Path, seconds: float, rounds: int) -> Runs:
     return runs
 
 
-def render(runs: Runs, command: str, load: tuple[float, float]) -> str:
+CONNECTIONS = {
+    True: "perf_analyzer's gRPC client as it comes: six contexts share one HTTP/2 connection; "
+    "its HTTP client has one connection per context. The server spreads the connections "
+    "over its workers.",
+    False: "Every context has its own connection under both protocols (the gRPC client runs "
+    "with `TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`).",
+}
+
+
+def render(runs: Runs, command: str, load: tuple[float, float], shared: bool) -> str:
     lines = [
         "<!-- bench:grpc:start -->",
         "### Open Inference over gRPC beside v2 binary REST",
@@ -180,13 +224,14 @@ def render(runs: Runs, command: str, load: tuple[float, float]) -> str:
         "One server, 2 asyncio workers, REST and gRPC on their own ports; `perf_analyzer -i "
         "http` (binary tensors in and out) and `-i grpc` (raw contents) in turns. Each row is "
         "the median run; *gRPC / REST* is the median over rounds of the ratio of requests/s. "
-        "Every concurrent request has its own connection under both protocols (the gRPC "
-        "client runs with `TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1`; by default six of "
-        "its contexts share one HTTP/2 connection, and the kernel hands each connection to "
-        "one worker).",
+        + CONNECTIONS[shared]
+        + " Worker CPU: every server process, from /proc; client CPU: perf_analyzer's; both "
+        "per request answered (the server's request counter). The client runs on the same "
+        "two cores as the server, so what it spends, the server does not get.",
         "",
-        "| model | concurrency | protocol | requests/s | gRPC / REST | p50 ms | p99 ms |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "| model | concurrency | protocol | requests/s | gRPC / REST | p50 ms | p99 ms "
+        "| worker CPU us/request | client CPU us/request |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for (label, concurrency, protocol), results in runs.items():
         median = sorted(results, key=lambda r: r.rps)[len(results) // 2]
@@ -195,7 +240,9 @@ def render(runs: Runs, command: str, load: tuple[float, float]) -> str:
         name = "v2 binary REST" if protocol == "http" else "gRPC"
         lines.append(
             f"| {label} | {concurrency} | {name} | {median.rps:,.0f} | {ratio:.2f}x | "
-            f"{median.p50_ms:.2f} | {median.p99_ms:.2f} |"
+            f"{median.p50_ms:.2f} | {median.p99_ms:.2f} | "
+            f"{statistics.median(r.server_us for r in results):,.0f} | "
+            f"{statistics.median(r.client_us for r in results):,.0f} |"
         )
     lines += ["", "<!-- bench:grpc:end -->"]
     return "\n".join(lines)
@@ -209,11 +256,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="perf_analyzer window")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--no-docs", action="store_true", help="print only")
+    parser.add_argument(
+        "--one-connection-per-context",
+        action="store_true",
+        help="TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 (the gRPC client's CPU grows)",
+    )
     args = parser.parse_args()
     command = ("python benchmarks/grpc.py " + shlex.join(sys.argv[1:])).strip()
     before = os.getloadavg()[0]
+    if args.one_connection_per_context:
+        CLIENT_ENV["grpc"] = ONE_CONNECTION_PER_CONTEXT
     runs = measure(args.perf_analyzer, args.seconds, args.rounds)
-    block = render(runs, command, (before, os.getloadavg()[0]))
+    load = (before, os.getloadavg()[0])
+    block = render(runs, command, load, not args.one_connection_per_context)
     if not args.no_docs:
         write_docs("grpc", block)
     print(block)

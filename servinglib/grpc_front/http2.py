@@ -14,9 +14,11 @@ in between:
 
 Flow control: the connection and each stream advertise a 1 MiB window and give credit
 back as data is read (a stream whose reader is behind gets none until it catches up);
-data sent waits for the peer's credit. Limits: header lists over ``MAX_HEADER_LIST_BYTES``,
-more than ``MAX_CONCURRENT_STREAMS`` open streams, and frames over 16 KiB are refused as the
-RFC says. A connection error sends GOAWAY with its code and closes.
+data sent waits for the peer's credit. Limits: header lists over
+``MAX_HEADER_LIST_BYTES``, more than ``MAX_CONCURRENT_STREAMS`` open streams, and frames
+over 16 KiB are refused as the RFC says; a client that resets nine in ten of its streams,
+past ``RESETS_ALLOWED`` (the "rapid reset" attack, CVE-2023-44487), is cut off
+(ENHANCE_YOUR_CALM). A connection error sends GOAWAY with its code and closes.
 
 The application is a :class:`StreamApplication`: told of each new stream, of its data,
 of its end and of its reset; it answers through :meth:`Http2Connection.send_headers`,
@@ -55,6 +57,7 @@ COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 9, 11
 MAX_FRAME_BYTES = 16_384  # the RFC's default, which this side never raises
 MAX_CONCURRENT_STREAMS = 1_000
 MAX_HEADER_LIST_BYTES = 65_536
+RESETS_ALLOWED = 1_000  # then a client resetting nearly all its streams is cut off
 WINDOW_BYTES = 1 << 20  # credit per stream and for the connection
 _DEFAULT_WINDOW = 65_535
 _MAX_WINDOW = 2**31 - 1
@@ -192,6 +195,7 @@ class Http2Connection(asyncio.Protocol):
         self._received = 0  # bytes read since connection credit was last given back
         self._waiting: dict[int, Stream] = {}  # streams with data waiting for credit
         self.opened = 0  # streams opened so far
+        self._resets = 0  # streams the client reset
         self.leaving = False  # the first GOAWAY sent: the client opens no more streams here
         self.draining = False  # the final GOAWAY sent: no new streams
         self._finally: asyncio.TimerHandle | None = None
@@ -356,6 +360,9 @@ class Http2Connection(asyncio.Protocol):
     def _rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise Http2Error(FRAME_SIZE_ERROR, "RST_STREAM of the wrong size")
+        self._resets += 1
+        if self._resets > RESETS_ALLOWED and self._resets * 10 > self.opened * 9:
+            raise Http2Error(ENHANCE_YOUR_CALM, f"{self._resets} streams reset by the client")
         stream = self.streams.pop(stream_id, None)
         self._waiting.pop(stream_id, None)
         if stream is not None:

@@ -71,7 +71,9 @@ def method_table(
     for method in descriptor.methods:
         request = getattr(messages, method.input_type.name)
         response = getattr(messages, method.output_type.name)
-        behaviour = getattr(servicer, method.name)
+        behaviour = getattr(servicer, method.name, None)
+        if behaviour is None:  # an RPC newer than the servicer: UNIMPLEMENTED, as unknown
+            continue
         if method.name not in infer_methods and not method.client_streaming:
             behaviour = _checked(behaviour, method.server_streaming)
         table[f"/{service}/{method.name}"] = Method(

@@ -1,4 +1,5 @@
-"""The standard ``grpc.health.v1.Health`` service: ``Check`` and ``Watch``.
+"""The standard ``grpc.health.v1.Health`` service: ``Check``, ``Watch`` and, where the
+installed ``grpcio-health-checking`` defines it, ``List``.
 
 Statuses are set per service name (``""`` for the whole server); ``Check`` of a name never
 set is NOT_FOUND, ``Watch`` of one answers SERVICE_UNKNOWN and goes on watching, as the
@@ -48,6 +49,14 @@ class HealthServicer:
         if status is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=status)
+
+    async def List(self, request: Any, context: Any) -> Any:  # noqa: N802
+        """Every service's status (the RPC that grpcio-health-checking 1.82 added)."""
+        statuses = {
+            name: health_pb2.HealthCheckResponse(status=status)
+            for name, status in self._statuses.items()
+        }
+        return health_pb2.HealthListResponse(statuses=statuses)
 
     async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         """The status of ``request.service`` now, then at every change."""

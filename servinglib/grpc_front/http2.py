@@ -30,145 +30,54 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import cast
 
-import hpack
+from servinglib.grpc_front.http2_frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    GOAWAY_PING,
+    HEADERS,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_BYTES,
+    MAX_HEADER_LIST_BYTES,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RESETS_ALLOWED,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_BYTES,
+    WINDOW_UPDATE,
+    HeaderDecoder,
+    Http2Error,
+    Stream,
+    StreamApplication,
+    frame,
+    ignore,
+    unpadded,
+)
+from servinglib.grpc_front.http2_send import SendingSide
 
-__all__ = [
-    "MAX_CONCURRENT_STREAMS",
-    "MAX_HEADER_LIST_BYTES",
-    "HeaderDecoder",
-    "Http2Connection",
-    "Stream",
-    "StreamApplication",
-]
+__all__ = ["Http2Connection"]
 
 log = logging.getLogger("servinglib.grpc")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
-WINDOW_UPDATE, CONTINUATION = 8, 9
-END_STREAM = ACK = 0x1
-END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0, 1, 2, 3
-STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 5, 6, 7, 8
-COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 9, 11
 
-MAX_FRAME_BYTES = 16_384  # the RFC's default, which this side never raises
-MAX_CONCURRENT_STREAMS = 1_000
-MAX_HEADER_LIST_BYTES = 65_536
-RESETS_ALLOWED = 1_000  # then a client resetting nearly all its streams is cut off
-WINDOW_BYTES = 1 << 20  # credit per stream and for the connection
-_DEFAULT_WINDOW = 65_535
-_MAX_WINDOW = 2**31 - 1
-_CACHED_BLOCKS = 64  # header blocks remembered per connection
-_GOAWAY_PING = b"goaway\x00\x01"  # the PING that follows the first GOAWAY
-_GOAWAY_PING_S = 5.0  # the final GOAWAY follows this long after the first without an answer
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One frame, header and payload."""
-    return (
-        len(payload).to_bytes(3, "big")
-        + bytes((kind, flags))
-        + stream_id.to_bytes(4, "big")
-        + payload
-    )
-
-
-class Http2Error(Exception):
-    """A connection error: GOAWAY with ``code``, then close."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-
-
-class HeaderDecoder:
-    """HPACK decoding that remembers blocks which left the dynamic table as it was.
-
-    A block that inserts nothing reads the same until the table next changes, so it is
-    kept (up to ``_CACHED_BLOCKS``); any change to the table forgets every kept block.
-    """
-
-    def __init__(self) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_LIST_BYTES)
-        self._table = self._decoder.header_table
-        self._changes = 0
-        add = self._table.add
-
-        def counted(name: bytes, value: bytes) -> None:
-            self._changes += 1
-            add(name, value)
-
-        self._table.add = counted  # type: ignore[method-assign]
-        self._known: dict[bytes, tuple[tuple[str, str], ...]] = {}
-
-    def decode(self, block: bytes) -> tuple[tuple[str, str], ...]:
-        """The (name, value) pairs of ``block``, in order.
-
-        Raises:
-            Http2Error: the block is not valid HPACK (COMPRESSION_ERROR).
-        """
-        known = self._known.get(block)
-        if known is not None:
-            return known
-        changes, size = self._changes, self._table.maxsize
-        try:
-            pairs = self._decoder.decode(block, raw=True)
-        except Exception as e:  # hpack's errors, and anything a hostile block provokes
-            raise Http2Error(COMPRESSION_ERROR, f"undecodable header block: {e}") from e
-        headers = tuple((bytes(n).decode("latin-1"), bytes(v).decode("latin-1")) for n, v in pairs)
-        if changes != self._changes or size != self._table.maxsize:
-            self._known.clear()
-        elif len(self._known) < _CACHED_BLOCKS:
-            self._known[block] = headers
-        return headers
-
-
-class Stream:
-    """One request stream: its headers, what the peer sent, what waits to be sent."""
-
-    __slots__ = (
-        "app_state",
-        "body",
-        "ended",
-        "headers",
-        "id",
-        "outbox",
-        "paused",
-        "received",
-        "send_window",
-        "trailers",
-    )
-
-    def __init__(self, stream_id: int, headers: tuple[tuple[str, str], ...], window: int) -> None:
-        self.id = stream_id
-        self.headers = headers
-        self.body = bytearray()  # data not yet taken by the application
-        self.ended = False  # the peer sent END_STREAM
-        self.send_window = window
-        self.outbox = bytearray()  # data waiting for the peer's credit
-        self.trailers: bytes | None = None  # sent once the outbox is empty
-        self.received = 0  # bytes read since credit was last given back
-        self.paused = False  # the application holds its credit (a reader behind)
-        self.app_state: Any = None
-
-
-class StreamApplication(Protocol):
-    """What a connection tells its application."""
-
-    def stream_started(self, connection: Http2Connection, stream: Stream) -> None:
-        """A new stream's headers arrived (its data follows)."""
-
-    def stream_data(self, connection: Http2Connection, stream: Stream) -> None:
-        """Data was added to ``stream.body``, or the stream ``ended``."""
-
-    def stream_reset(self, connection: Http2Connection, stream: Stream) -> None:
-        """The peer reset the stream, or the connection was lost."""
-
-
-class Http2Connection(asyncio.Protocol):
+class Http2Connection(SendingSide, asyncio.Protocol):
     """The server side of one HTTP/2 connection (prior knowledge, no TLS: h2c)."""
 
     def __init__(
@@ -189,8 +98,8 @@ class Http2Connection(asyncio.Protocol):
         self._block: bytearray | None = None  # a header block awaiting CONTINUATION
         self._block_stream = 0
         self._block_ends = False
-        self._send_window = _DEFAULT_WINDOW
-        self._peer_window = _DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._send_window = DEFAULT_WINDOW
+        self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self._peer_frame = MAX_FRAME_BYTES
         self._received = 0  # bytes read since connection credit was last given back
         self._waiting: dict[int, Stream] = {}  # streams with data waiting for credit
@@ -203,7 +112,7 @@ class Http2Connection(asyncio.Protocol):
         self._handlers = {
             DATA: self._data,
             HEADERS: self._headers,
-            PRIORITY: _ignore,
+            PRIORITY: ignore,
             RST_STREAM: self._rst_stream,
             SETTINGS: self._settings,
             PUSH_PROMISE: self._push_promise,
@@ -225,7 +134,7 @@ class Http2Connection(asyncio.Protocol):
                 (0x6, MAX_HEADER_LIST_BYTES),
             )
         )
-        credit = (WINDOW_BYTES - _DEFAULT_WINDOW).to_bytes(4, "big")
+        credit = (WINDOW_BYTES - DEFAULT_WINDOW).to_bytes(4, "big")
         self._write(frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, credit))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -262,7 +171,7 @@ class Http2Connection(asyncio.Protocol):
                 if end > size:
                     break
                 kind, flags = data[position + 3], data[position + 4]
-                stream_id = int.from_bytes(data[position + 5 : position + 9], "big") & _MAX_WINDOW
+                stream_id = int.from_bytes(data[position + 5 : position + 9], "big") & MAX_WINDOW
                 payload = data[position + 9 : end]
                 position = end
                 if self._block is not None and kind != CONTINUATION:
@@ -291,7 +200,7 @@ class Http2Connection(asyncio.Protocol):
         if stream_id == 0:
             raise Http2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
         if flags & PADDED:
-            payload = _unpadded(payload)
+            payload = unpadded(payload)
         if flags & PRIORITY_FLAG:
             payload = payload[5:]
         if not flags & END_HEADERS:
@@ -344,7 +253,7 @@ class Http2Connection(asyncio.Protocol):
             return  # a stream this side already answered or reset: drop what still comes
         stream.received += len(payload)
         if flags & PADDED:
-            payload = _unpadded(payload)
+            payload = unpadded(payload)
         stream.body += payload
         if flags & END_STREAM:
             self._end(stream)
@@ -377,7 +286,7 @@ class Http2Connection(asyncio.Protocol):
             key = int.from_bytes(payload[offset : offset + 2], "big")
             value = int.from_bytes(payload[offset + 2 : offset + 6], "big")
             if key == 0x4:  # SETTINGS_INITIAL_WINDOW_SIZE: every open stream moves with it
-                if value > _MAX_WINDOW:
+                if value > MAX_WINDOW:
                     raise Http2Error(FLOW_CONTROL_ERROR, "a window over 2^31-1")
                 delta, self._peer_window = value - self._peer_window, value
                 for stream in self.streams.values():
@@ -397,7 +306,7 @@ class Http2Connection(asyncio.Protocol):
             raise Http2Error(PROTOCOL_ERROR, "a malformed PING")
         if not flags & ACK:
             self._write(frame(PING, ACK, 0, payload))
-        elif payload == _GOAWAY_PING:
+        elif payload == GOAWAY_PING:
             self._final_goaway()
 
     def _goaway(self, flags: int, stream_id: int, payload: bytes) -> None:
@@ -408,10 +317,10 @@ class Http2Connection(asyncio.Protocol):
     def _window_update(self, flags: int, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise Http2Error(FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
-        increment = int.from_bytes(payload, "big") & _MAX_WINDOW
+        increment = int.from_bytes(payload, "big") & MAX_WINDOW
         if stream_id == 0:
             self._send_window += increment
-            if self._send_window > _MAX_WINDOW:
+            if self._send_window > MAX_WINDOW:
                 raise Http2Error(FLOW_CONTROL_ERROR, "the connection window overflowed")
             self._pump()
             return
@@ -420,145 +329,3 @@ class Http2Connection(asyncio.Protocol):
             stream.send_window += increment
             if stream.outbox:
                 self._pump()
-
-    # -- what the application sends ---------------------------------------------------
-
-    def _write(self, data: bytes) -> None:
-        if self._transport is not None and not self.closed:
-            self._transport.write(data)
-
-    def give_stream_credit(self, stream: Stream) -> None:
-        """Give back the credit of what ``stream`` read (and resume a paused one)."""
-        stream.paused = False
-        if stream.received and not stream.ended:
-            self._give_credit(stream.id, stream.received)
-        stream.received = 0
-
-    def _give_credit(self, stream_id: int, amount: int) -> None:
-        self._write(frame(WINDOW_UPDATE, 0, stream_id, amount.to_bytes(4, "big")))
-
-    def answer(self, stream: Stream, headers: bytes, data: bytes, trailers: bytes) -> None:
-        """Headers, one DATA payload and trailers: in one write when the windows allow."""
-        size = len(data)
-        if (
-            self.streams.get(stream.id) is stream
-            and not stream.outbox
-            and size <= self._peer_frame
-            and size <= self._send_window
-            and size <= stream.send_window
-        ):
-            self._send_window -= size
-            del self.streams[stream.id]
-            sid = stream.id
-            self._write(
-                frame(HEADERS, END_HEADERS, sid, headers)
-                + frame(DATA, 0, sid, data)
-                + frame(HEADERS, END_HEADERS | END_STREAM, sid, trailers)
-            )
-            self._closed_stream()
-            return
-        self.send_headers(stream, headers)
-        self.send_data(stream, data)
-        self.send_trailers(stream, trailers)
-
-    def send_headers(self, stream: Stream, block: bytes, end_stream: bool = False) -> None:
-        """A HEADERS frame (``block``: HPACK-encoded, under 16 KiB); END_STREAM ends it."""
-        if self.streams.get(stream.id) is not stream:
-            return
-        flags = END_HEADERS | (END_STREAM if end_stream else 0)
-        self._write(frame(HEADERS, flags, stream.id, block))
-        if end_stream:
-            self._finish(stream)
-
-    def send_data(self, stream: Stream, data: bytes) -> None:
-        """DATA frames of ``data``, now or as the peer gives credit."""
-        if self.streams.get(stream.id) is not stream:
-            return
-        stream.outbox += data
-        self._waiting[stream.id] = stream
-        self._pump()
-
-    def send_trailers(self, stream: Stream, block: bytes) -> None:
-        """The trailers (with END_STREAM), once every byte of data before them is sent."""
-        if self.streams.get(stream.id) is not stream:
-            return
-        if stream.outbox:
-            stream.trailers = block
-            return
-        self.send_headers(stream, block, end_stream=True)
-
-    def reset(self, stream_id: int, code: int) -> None:
-        """RST_STREAM ``stream_id`` with ``code``."""
-        self._write(frame(RST_STREAM, 0, stream_id, code.to_bytes(4, "big")))
-        if self.streams.pop(stream_id, None) is not None:
-            self._waiting.pop(stream_id, None)
-            self._closed_stream()
-
-    def go_away(self) -> None:
-        """Take no new stream; close once the open ones are answered.
-
-        As RFC 9113 6.8 advises: a GOAWAY that still admits every stream, and a PING; the
-        client stops opening streams here when it reads the GOAWAY, so once the PING's
-        answer arrives, every stream it opened before is known. Then the GOAWAY naming the
-        last of them. A stream opened later is refused (REFUSED_STREAM: clients retry it
-        elsewhere); none is cut off by a close while its request is on the way.
-        """
-        if self.leaving or self.draining or self.closed:
-            return
-        self.leaving = True
-        everything = _MAX_WINDOW.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
-        self._write(frame(GOAWAY, 0, 0, everything) + frame(PING, 0, 0, _GOAWAY_PING))
-        loop = asyncio.get_running_loop()
-        self._finally = loop.call_later(_GOAWAY_PING_S, self._final_goaway)
-
-    def _final_goaway(self) -> None:
-        if self.draining or self.closed:
-            return
-        self.draining = True
-        if self._finally is not None:
-            self._finally.cancel()
-        payload = self._last_stream.to_bytes(4, "big") + NO_ERROR.to_bytes(4, "big")
-        self._write(frame(GOAWAY, 0, 0, payload))
-        self._closed_stream()
-
-    def _finish(self, stream: Stream) -> None:
-        self.streams.pop(stream.id, None)
-        self._waiting.pop(stream.id, None)
-        self._closed_stream()
-
-    def _closed_stream(self) -> None:
-        if not self.draining:
-            if not self.leaving and self._crowded is not None and self._crowded():
-                self.go_away()  # the client reconnects, likely to a less busy worker
-            return
-        if not self.streams and self._transport is not None:
-            self._transport.close()
-
-    def _pump(self) -> None:
-        """Send waiting data as far as the windows allow, and trailers after it."""
-        for stream in list(self._waiting.values()):
-            outbox = stream.outbox
-            while outbox and self._send_window > 0 and stream.send_window > 0:
-                size = min(len(outbox), self._send_window, stream.send_window, self._peer_frame)
-                self._write(frame(DATA, 0, stream.id, bytes(outbox[:size])))
-                del outbox[:size]
-                self._send_window -= size
-                stream.send_window -= size
-            if outbox:
-                continue
-            self._waiting.pop(stream.id, None)
-            if stream.trailers is not None:
-                self.send_headers(stream, stream.trailers, end_stream=True)
-
-
-def _ignore(flags: int, stream_id: int, payload: bytes) -> None:
-    """PRIORITY: this server does not prioritise."""
-
-
-def _unpadded(payload: bytes) -> bytes:
-    if not payload:
-        raise Http2Error(PROTOCOL_ERROR, "a padded frame with no pad length")
-    pad = payload[0]
-    if pad >= len(payload):
-        raise Http2Error(PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - pad]

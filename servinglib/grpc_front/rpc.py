@@ -18,7 +18,6 @@ logged; a call the client resets is cancelled.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -27,67 +26,28 @@ from typing import Any, NoReturn
 
 import grpc
 
-from servinglib.grpc_front.http2 import NO_ERROR, Http2Connection, Stream
+from servinglib.grpc_front.http2 import Http2Connection
+from servinglib.grpc_front.http2_frames import NO_ERROR, Stream
+from servinglib.grpc_front.rpc_headers import (
+    ACCEPTED_ENCODINGS,
+    CONTENT_TYPE,
+    GZIP_RESPONSE_HEADERS,
+    RESPONSE_HEADERS,
+    STATUS_200,
+    UNSUPPORTED_MEDIA,
+    Head,
+    literal,
+    parse_head,
+    trailer_block,
+)
 
 __all__ = ["AbortedError", "CallContext", "GrpcApplication", "Method"]
 
 log = logging.getLogger("servinglib.grpc")
 
 PREFIX_BYTES = 5
-ACCEPTED_ENCODINGS = "identity,deflate,gzip"
 STREAM_BACKLOG = 64  # messages read ahead on one stream before its credit is held back
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-_RESERVED = frozenset(
-    {"te", "content-type", "grpc-encoding", "grpc-accept-encoding", "grpc-timeout"}
-)
 _HEADS_KEPT = 256  # parsed request heads remembered per application
-
-
-def _integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    """An HPACK integer (RFC 7541 5.1)."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 127) | 128)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(name: str, value: str) -> bytes:
-    """A header field as a literal without indexing, new name (no dynamic table used)."""
-    raw_name, raw_value = name.encode("latin-1"), value.encode("latin-1", "replace")
-    return b"\x00" + _integer(len(raw_name), 7) + raw_name + _integer(len(raw_value), 7) + raw_value
-
-
-_STATUS_200 = b"\x88"  # :status 200, static table entry 8
-_CONTENT_TYPE = b"\x0f\x10" + _integer(16, 7) + b"application/grpc"  # static name 31
-_ACCEPT = _literal("grpc-accept-encoding", ACCEPTED_ENCODINGS)
-RESPONSE_HEADERS = _STATUS_200 + _CONTENT_TYPE + _ACCEPT
-GZIP_RESPONSE_HEADERS = RESPONSE_HEADERS + _literal("grpc-encoding", "gzip")
-_OK_TRAILER = _literal("grpc-status", "0")
-_UNSUPPORTED_MEDIA = b"\x08\x03415"  # :status 415, literal value, static name 8
-
-
-def percent_encoded(message: str) -> str:
-    """``grpc-message``'s encoding: UTF-8, printable ASCII but ``%`` kept as is."""
-    raw = message.encode("utf-8")
-    if all(0x20 <= b <= 0x7E and b != 0x25 for b in raw):
-        return message
-    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in raw)
-
-
-def trailer_block(code: int, message: str, metadata: Iterable[tuple[str, str]]) -> bytes:
-    """``grpc-status``, ``grpc-message`` and trailing ``metadata``, HPACK-encoded."""
-    block = bytearray(_OK_TRAILER if code == 0 else _literal("grpc-status", str(code)))
-    if message:
-        block += _literal("grpc-message", percent_encoded(message))
-    for name, value in metadata:
-        block += _literal(name, value)
-    return bytes(block)
 
 
 class AbortedError(Exception):
@@ -152,70 +112,12 @@ class Method:
     server_streaming: bool = False
 
 
-@dataclass(frozen=True)
-class _Head:
-    """What a call's headers say."""
-
-    path: str
-    grpc: bool  # POST with a gRPC content type
-    encoding: str
-    gzip_ok: bool
-    timeout_s: float | None
-    metadata: tuple[tuple[str, Any], ...]
-
-
-def _timeout(value: str) -> float | None:
-    if len(value) < 2 or not value[:-1].isdigit() or len(value) > 9:
-        return None
-    unit = _TIMEOUT_UNITS.get(value[-1])
-    return None if unit is None else int(value[:-1]) * unit
-
-
-def _head(headers: tuple[tuple[str, str], ...]) -> _Head:
-    path = method = content_type = encoding = accept = timeout = ""
-    metadata: list[tuple[str, Any]] = []
-    for name, value in headers:
-        if name[0] == ":":
-            if name == ":path":
-                path = value
-            elif name == ":method":
-                method = value
-        elif name in _RESERVED:
-            if name == "content-type":
-                content_type = value
-            elif name == "grpc-encoding":
-                encoding = value
-            elif name == "grpc-accept-encoding":
-                accept = value
-            elif name == "grpc-timeout":
-                timeout = value
-        elif name.endswith("-bin"):
-            try:
-                metadata.append((name, base64.b64decode(value + "==")))
-            except ValueError:
-                continue
-        else:
-            metadata.append((name, value))
-    is_grpc = method == "POST" and (
-        content_type == "application/grpc"
-        or content_type.startswith(("application/grpc+", "application/grpc;"))
-    )
-    return _Head(
-        path,
-        is_grpc,
-        encoding or "identity",
-        "gzip" in accept,
-        _timeout(timeout) if timeout else None,
-        tuple(metadata),
-    )
-
-
 class _Call:
     """A call in progress on one stream."""
 
     __slots__ = ("context", "head", "method", "queue", "started", "task")
 
-    def __init__(self, head: _Head, method: Method, context: CallContext) -> None:
+    def __init__(self, head: Head, method: Method, context: CallContext) -> None:
         self.head = head
         self.method = method
         self.context = context
@@ -240,7 +142,7 @@ class GrpcApplication:
     def __init__(self, methods: dict[str, Method], max_message_bytes: int) -> None:
         self._methods = methods
         self._limit = max_message_bytes
-        self._heads: dict[tuple[tuple[str, str], ...], _Head] = {}
+        self._heads: dict[tuple[tuple[str, str], ...], Head] = {}
         self.calls: set[asyncio.Future[None]] = set()  # behaviours running (for a drain)
 
     # -- StreamApplication ---------------------------------------------------------------
@@ -248,12 +150,12 @@ class GrpcApplication:
     def stream_started(self, connection: Http2Connection, stream: Stream) -> None:
         head = self._heads.get(stream.headers)
         if head is None:
-            head = _head(stream.headers)
+            head = parse_head(stream.headers)
             if len(self._heads) >= _HEADS_KEPT:
                 self._heads.clear()
             self._heads[stream.headers] = head
         if not head.grpc:
-            connection.send_headers(stream, _UNSUPPORTED_MEDIA, end_stream=True)
+            connection.send_headers(stream, UNSUPPORTED_MEDIA, end_stream=True)
             return
         method = self._methods.get(head.path)
         if method is None:
@@ -412,7 +314,7 @@ class GrpcApplication:
 
     # -- messages -------------------------------------------------------------------------
 
-    def _messages(self, stream: Stream, head: _Head) -> Iterable[bytes]:
+    def _messages(self, stream: Stream, head: Head) -> Iterable[bytes]:
         """Every whole message in ``stream.body`` (taken out of it), decompressed.
 
         Raises:
@@ -478,11 +380,11 @@ class GrpcApplication:
         trailers-only."""
         block = trailer_block(code, message, trailers)
         if code == 12:
-            block += _literal("grpc-accept-encoding", ACCEPTED_ENCODINGS)
+            block += literal("grpc-accept-encoding", ACCEPTED_ENCODINGS)
         if started:
             connection.send_trailers(stream, block)
         else:
-            connection.send_headers(stream, _STATUS_200 + _CONTENT_TYPE + block, end_stream=True)
+            connection.send_headers(stream, STATUS_200 + CONTENT_TYPE + block, end_stream=True)
 
 
 def _gzip(body: bytes) -> bytes:

@@ -104,6 +104,12 @@ class GrpcFrontEnd:
         self._watch: asyncio.Task[None] | None = None
         self.port = 0
 
+    def balanced_by(self, balance: Balance) -> GrpcFrontEnd:
+        """This front end, its connections counted in ``balance`` (the workers' shared
+        table); returns itself."""
+        self._balance = balance
+        return self
+
     async def start(self) -> int:
         """Bind and serve; returns the port (the configured one, or the one chosen for 0).
 

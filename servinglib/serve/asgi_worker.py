@@ -90,16 +90,9 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
         if server.grpc_port:  # imported only here, after fork: grpc must not start in the master
             from servinglib.grpc_front.server import GrpcFrontEnd
 
-            grpc_balance = AsyncioWorker.grpc_balance
-            assert grpc_balance is not None
-            grpc_balance.join()
-            self.grpc = GrpcFrontEnd(
-                serving.service,
-                serving.metrics,
-                server,
-                liveness=serving.is_live,
-                balance=grpc_balance,
-            )
+            live, shared = serving.is_live, cast(ConnectionBalance, AsyncioWorker.grpc_balance)
+            front = GrpcFrontEnd(serving.service, serving.metrics, server, liveness=live)
+            self.grpc = front.balanced_by(shared.joined())
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """SIGQUIT (the master sends it on SIGINT): drain like SIGTERM.
@@ -128,9 +121,8 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
             if not server.started:
                 sys.exit(Arbiter.WORKER_BOOT_ERROR)
         finally:
-            for balance in (AsyncioWorker.balance, AsyncioWorker.grpc_balance):
-                if balance is not None:
-                    balance.leave()
+            for balance in filter(None, (AsyncioWorker.balance, AsyncioWorker.grpc_balance)):
+                balance.leave()
 
 
 SHUTDOWN_GRACE_S = 0.1  # how long an idle connection is still read once the worker stops
@@ -162,10 +154,8 @@ class _DrainingServer(Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Accept what is queued, stop listening, then uvicorn's graceful shutdown (and the
         gRPC server's, at the same time: its calls in flight are answered, then GOAWAY)."""
-        if self._grpc is not None:
-            await asyncio.gather(self._grpc.stop(self._grace_s), self._shutdown_http(sockets))
-        else:
-            await self._shutdown_http(sockets)
+        grpc = [] if self._grpc is None else [self._grpc.stop(self._grace_s)]
+        await asyncio.gather(*grpc, self._shutdown_http(sockets))
 
     async def _shutdown_http(self, sockets: list[socket.socket] | None) -> None:
         queued = _accept_queued(self._listeners)

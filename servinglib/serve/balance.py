@@ -54,6 +54,11 @@ class ConnectionBalance:
                     return
         self._mine = -1  # more workers than slots: this one does not take part
 
+    def joined(self) -> ConnectionBalance:
+        """:meth:`join`, then this table."""
+        self.join()
+        return self
+
     def leave(self) -> None:
         """Give the slot back (worker exit)."""
         if self._mine >= 0:

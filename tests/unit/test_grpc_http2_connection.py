@@ -8,8 +8,9 @@ from typing import Any
 
 import hpack
 
-from servinglib.grpc_front import http2
-from servinglib.grpc_front.http2 import HeaderDecoder, Http2Connection, Stream, frame
+from servinglib.grpc_front import http2_frames as http2
+from servinglib.grpc_front.http2 import Http2Connection
+from servinglib.grpc_front.http2_frames import HeaderDecoder, Stream, frame
 
 HEADERS = [
     (":method", "POST"),

@@ -1,4 +1,4 @@
-"""``inference.GRPCInferenceService`` on grpcio's asyncio server.
+"""``inference.GRPCInferenceService``, served by :mod:`~servinglib.grpc_front.rpc`.
 
 Every RPC answers from the worker's :class:`~servinglib.serving.service.InferenceService`; an error
 becomes its gRPC status through :func:`~servinglib.grpc_front.status.grpc_status`, the same
@@ -17,7 +17,6 @@ import grpc
 from servinglib.grpc_front import metadata
 from servinglib.grpc_front.calls import Answer, InferCalls
 from servinglib.grpc_front.proto import inference_pb2 as pb
-from servinglib.grpc_front.proto.inference_pb2_grpc import GRPCInferenceServiceServicer
 from servinglib.grpc_front.status import grpc_status
 from servinglib.http.asgi import SHED_PAUSE_S
 from servinglib.monitoring.metrics import ServingMetrics
@@ -31,7 +30,7 @@ Context: TypeAlias = Any  # grpc.aio.ServicerContext (grpcio ships no type hints
 STREAM_WINDOW = 64
 
 
-class InferenceServicer(GRPCInferenceServiceServicer):  # type: ignore[misc]
+class InferenceServicer:
     """The Open Inference RPCs of one worker.
 
     ``compress_min_bytes``: answers at least this large are sent gzip-compressed (when the

@@ -146,7 +146,9 @@ def _worker(directory: str, rows: list[dict[str, Any]], done: Any) -> None:
 
 def test_the_window_sums_every_process_table(tmp_path: Path) -> None:
     rows = [{**r, "x": r["x"] + 0.5} for r in reference(600, seed=5)]
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: a fork of this multi-threaded test process can inherit a lock held
+    # by another thread and hang
+    context = multiprocessing.get_context("spawn")
     done = context.Queue()
     workers = [
         context.Process(target=_worker, args=(str(tmp_path), part, done))
@@ -155,8 +157,8 @@ def test_the_window_sums_every_process_table(tmp_path: Path) -> None:
     for process in workers:
         process.start()
     for process in workers:
-        process.join(60)
-        assert process.exitcode == 0
+        process.join(120)
+        assert process.exitcode == 0, f"worker {process.pid} exit code {process.exitcode}"
     split = VersionMonitor("m", "1", profile(), str(tmp_path), clock=lambda: 1_000_000.0)
     alone = VersionMonitor("m", "1", profile(), None, clock=lambda: 1_000_000.0)
     for row in rows:

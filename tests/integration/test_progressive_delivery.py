@@ -54,6 +54,7 @@ def test_a_candidate_failing_5_percent_is_rolled_back_in_its_first_window(
     # The baseline answered every request it got; the candidate keeps its traffic at 0.
     assert set(version_outcomes(server.url, "1")) == {"success"}
     assert version_outcomes(server.url, "2")["model_error"] >= 1
+    client.wait_converged(client.status()["desired"]["revision"])  # every worker rolled back
     late = Load(server.url, start=10**6)
     with late:
         late.wait_answers(100)
@@ -80,6 +81,8 @@ def test_a_good_candidate_walks_every_step_is_promoted_and_its_readout_renders(
     assert [d["action"] for d in rollout["decisions"]] == ["start", "advance", "promote"]
     assert {g["gate"] for g in running["gates"]} == {"error_rate", "latency"}
     assert set(load.answers) <= {(200, "1"), (200, "2")}
+    # the workers apply the promotion as they read the desired state: once all have
+    client.wait_converged(client.status()["desired"]["revision"])
     late = Load(server.url, start=10**6)
     with late:
         late.wait_answers(50)
@@ -195,6 +198,7 @@ def test_the_rollout_survives_a_worker_kill_and_resumes_its_step_after_a_master_
     assert actions[:3] == [("start", 0), ("advance", 1), ("pause", 1)], actions
     assert sorted(actions[3:5]) == [("note", 1), ("resume", 1)], actions
     assert actions[5:] == [("promote", 1)], actions
+    client.wait_converged(client.status()["desired"]["revision"])  # every worker promoted
     late = Load(server.url, start=2 * 10**6)
     with late:
         late.wait_answers(50)

@@ -212,6 +212,9 @@ def test_a_dead_prometheus_pauses_the_rollout_and_a_drifted_candidate_is_rolled_
     _write_profiles(tmp_path)
     server: LiveServer = start_server(config, env=ENV)
     client = AdminClient(port, TOKEN)
+    # No traffic yet, so no gate can fail: the unreadable query alone pauses the rollout
+    # (with traffic, a drift failure seen at the same look rolls back at once instead).
+    wait_rollout(client, {"paused"})
     with Load(server.url) as load:
         rollout = wait_rollout(client, {"rolled_back", "promoted"})
         load.wait_answers(20)

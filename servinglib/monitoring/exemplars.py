@@ -4,8 +4,10 @@ prometheus_client keeps no exemplars in multiprocess mode (its ``.db`` files hol
 only), so servinglib keeps them itself. Each worker holds the newest exemplar per
 (histogram, labels, bucket) in memory, at most :data:`MAX_EXEMPLARS` of them, and writes
 them to its own file ``exemplars/<pid>.json`` in ``PROMETHEUS_MULTIPROC_DIR`` at most every
-:data:`FLUSH_INTERVAL_S`, from a timer thread (written under a temporary name, then
-renamed: a reader never sees half a file). A scrape that asks for OpenMetrics
+:data:`FLUSH_INTERVAL_S`, from one writer thread per process (written under a temporary
+name, then renamed: a reader never sees half a file). The thread starts with the first
+exemplar and waits for the next: recording never starts a thread, whose start would hold
+the event loop until the new thread runs. A scrape that asks for OpenMetrics
 (``Accept: application/openmetrics-text``) merges the newest exemplar per bucket over every
 worker's file into the bucket samples; the Prometheus text format has no exemplars and is
 left as it was. An exited worker's file is removed with its gauges
@@ -70,7 +72,8 @@ class ExemplarStore:
         self._limit = limit
         self._entries: dict[Key, Entry] = {}
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._changed = threading.Event()  # set: entries not yet written
+        self._writer_pid = 0  # the process whose writer thread runs (none after a fork)
         self._written_at = 0.0
 
     def record(
@@ -90,11 +93,21 @@ class ExemplarStore:
             self._entries[key] = (trace_id, value, time.time())
             if len(self._entries) > self._limit:
                 del self._entries[next(iter(self._entries))]
-            if self._timer is None and self._directory():
-                wait = self._interval_s - (time.monotonic() - self._written_at)
-                self._timer = threading.Timer(max(0.0, wait), self._write)
-                self._timer.daemon = True
-                self._timer.start()
+            if self._writer_pid != os.getpid() and self._directory():
+                self._writer_pid = os.getpid()  # a forked worker starts a writer of its own
+                threading.Thread(target=self._writes, name="exemplars", daemon=True).start()
+        if not self._changed.is_set():
+            self._changed.set()
+
+    def _writes(self) -> None:
+        """The writer thread: this process's file, at most every ``interval_s``."""
+        while True:
+            self._changed.wait()
+            wait = self._interval_s - (time.monotonic() - self._written_at)
+            if wait > 0:
+                time.sleep(wait)  # what arrives meanwhile goes in the same write
+            self._changed.clear()
+            self._write()
 
     def snapshot(self) -> dict[Key, Entry]:
         """This process's exemplars."""
@@ -113,7 +126,6 @@ class ExemplarStore:
 
     def _write(self) -> None:
         with self._lock:
-            self._timer = None
             self._written_at = time.monotonic()
             entries = [
                 [m, labels, bound, *entry] for (m, labels, bound), entry in self._entries.items()

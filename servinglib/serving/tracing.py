@@ -65,6 +65,7 @@ class Tracing:
 
         self._tracer = tracer
         self._root_ratio = root_ratio
+        self._draw = random.random  # the root decision: not by trace id, none exists yet
         self._trace = trace
         self._w3c = TraceContextTextMapPropagator()
         self._server = trace.SpanKind.SERVER
@@ -76,10 +77,13 @@ class Tracing:
     def start_request(self, header: Header, name: str, protocol: str) -> tuple[Any, Any]:
         """The server span of a request (child of the caller's ``traceparent``, or of its
         B3 headers) and the context holding it; ``(None, None)`` when it is not sampled."""
-        carrier = _carrier(header)
+        carrier = None
+        # three lookups for a request without trace headers (the common case), no call
+        if header("traceparent") or header(_B3_SINGLE) or header(_B3_HEADERS[0]):
+            carrier = _carrier(header)
         if carrier is None:
             ratio = self._root_ratio
-            if ratio is not None and (ratio <= 0.0 or random.random() >= ratio):  # noqa: S311
+            if ratio is not None and (ratio <= 0.0 or self._draw() >= ratio):
                 return None, None  # no OpenTelemetry call for a request not traced
             parent = None
         else:

@@ -12,13 +12,17 @@ travels explicitly, as an OpenTelemetry ``Context`` holding the request's server
 item, and in :class:`~servinglib.model.CallScope` ``.trace`` for the steps of a composed
 model. Nothing depends on which thread or event loop carries the request.
 
-A request not sampled costs one random draw (or, with a ``traceparent``, its parse and
-the sampler's decision) and nothing more: no span, no context, no exemplar. A sampled
-one starts one span through the tracer (the server span, so that the sampler decides);
-the spans that end where they start (``parse``, ``admit``, ``queue``, ``predict``,
-``predict_batch``, ``encode``) go to the span processor as finished ``ReadableSpan``
-objects: a child of a recording span is sampled with it, so the sampler, the live span's
-lock and its attribute checks would only add cost (half of a sampled request's span work).
+A request not sampled costs three header lookups and one random draw (or, with a
+``traceparent``, its parse and the sampling decision) and nothing more: no span, no
+context, no exemplar. With servinglib's parent-based sampling the decision is made here
+(a root by the ratio, a child as its caller decided), and a sampled request's spans,
+its server span included, go to the span processor as finished ``ReadableSpan`` objects
+(:mod:`~servinglib.serving.finished_spans`): no live span, no sampler call, no lock, no
+attribute checks. That matters most when sampling is rare: a traced request then runs
+its span code cold, and every call it makes costs several times what it costs hot. With
+any other sampler the server span starts through the tracer, whose sampler decides.
+Steps of composed models and shadow copies start through the tracer (their spans stay
+open across calls).
 
 Spans, under the server span of each request: ``parse`` (decoding and protocol checks),
 ``admit`` (routing and input validation), ``queue`` (waiting for a batch), ``predict``
@@ -34,6 +38,8 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from servinglib.serving.finished_spans import FinishedSpans, ServerSpan
 
 __all__ = ["ACTIVE", "Tracing", "trace_id_of", "trace_ids_of"]
 
@@ -71,23 +77,55 @@ class Tracing:
         self._server = trace.SpanKind.SERVER
         self._internal = trace.SpanKind.INTERNAL
         self._error = trace.Status(trace.StatusCode.ERROR)
-        self._finished = _FinishedSpans(tracer)
+        self._finished = FinishedSpans(tracer)
+        self._ids = tracer.id_generator
+        self._span_context = trace.SpanContext
+        self._non_recording = trace.NonRecordingSpan
+        flags = trace.TraceFlags
+        self._flags = flags(flags.SAMPLED)
+        self._random_flags = flags(flags.SAMPLED | flags.RANDOM_TRACE_ID)
+        self._root_flags = self._random_flags if self._ids.is_trace_id_random() else self._flags
 
     # --- request spans -------------------------------------------------------------------
     def start_request(self, header: Header, name: str, protocol: str) -> tuple[Any, Any]:
         """The server span of a request (child of the caller's ``traceparent``, or of its
-        B3 headers) and the context holding it; ``(None, None)`` when it is not sampled."""
+        B3 headers) and the context holding it; ``(None, None)`` when it is not sampled.
+
+        With servinglib's parent-based sampling (``root_ratio`` set) the decision is made
+        here and the server span is a :class:`ServerSpan`, ended by :meth:`finish_request`
+        as a finished span: no live span, no call into the tracer. Another sampler decides
+        through the tracer, and the server span is the tracer's.
+        """
         carrier = None
         # three lookups for a request without trace headers (the common case), no call
         if header("traceparent") or header(_B3_SINGLE) or header(_B3_HEADERS[0]):
             carrier = _carrier(header)
-        if carrier is None:
-            ratio = self._root_ratio
-            if ratio is not None and (ratio <= 0.0 or self._draw() >= ratio):
+        ratio = self._root_ratio
+        if ratio is None:
+            return self._from_tracer(name, carrier, protocol)
+        parent = None
+        if carrier is not None:
+            remote = self._trace.get_current_span(self._w3c.extract(carrier)).get_span_context()
+            if remote.is_valid:
+                if not remote.trace_flags.sampled:
+                    return None, None  # the caller did not sample it
+                parent = remote
+        if parent is None:
+            if ratio <= 0.0 or self._draw() >= ratio:
                 return None, None  # no OpenTelemetry call for a request not traced
-            parent = None
+            trace_id, flags, state = self._ids.generate_trace_id(), self._root_flags, None
         else:
-            parent = self._w3c.extract(carrier)
+            trace_id, state = parent.trace_id, parent.trace_state
+            flags = self._random_flags if parent.trace_flags.random_trace_id else self._flags
+        context = self._span_context(trace_id, self._ids.generate_span_id(), False, flags, state)
+        span = ServerSpan(name, context, parent, time.time_ns(), protocol)
+        return span, self._trace.set_span_in_context(self._non_recording(context))
+
+    def _from_tracer(
+        self, name: str, carrier: dict[str, str] | None, protocol: str
+    ) -> tuple[Any, Any]:
+        """The server span through the tracer, whose sampler decides."""
+        parent = None if carrier is None else self._w3c.extract(carrier)
         span = self._tracer.start_span(
             name, parent, self._server, {"servinglib.protocol": protocol}
         )
@@ -104,14 +142,16 @@ class Tracing:
         self, span: Any, status: int, model: str, version: str, request_id: str
     ) -> None:
         """End a server span with what the request came to."""
-        span.set_attributes(
-            {
-                "http.response.status_code": status,
-                "servinglib.model": model,
-                "servinglib.version": version,
-                "servinglib.request_id": request_id,
-            }
-        )
+        attributes = {
+            "http.response.status_code": status,
+            "servinglib.model": model,
+            "servinglib.version": version,
+            "servinglib.request_id": request_id,
+        }
+        if isinstance(span, ServerSpan):
+            self._finished.server(span, attributes, self._error if status >= 500 else None)
+            return
+        span.set_attributes(attributes)
         if status >= 500:
             span.set_status(self._error)
         span.end()
@@ -225,62 +265,6 @@ class Tracing:
         if not span_context.is_valid:
             return None
         return f"{span_context.trace_id:032x}", f"{span_context.span_id:016x}"
-
-
-class _FinishedSpans:
-    """Spans recorded once finished, straight to the tracer's span processor.
-
-    Only for children of a recording span (so sampled, as their parent), which the
-    request path times itself: the same ``ReadableSpan`` the SDK's ``Span.end`` would
-    hand the processor, with the tracer's resource and scope, without the live span.
-    """
-
-    def __init__(self, tracer: Any) -> None:
-        from opentelemetry.sdk.trace import ReadableSpan
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-        from opentelemetry.trace import SpanContext, SpanKind
-
-        self._readable = ReadableSpan
-        self._context = SpanContext
-        self._internal = SpanKind.INTERNAL
-        self._processor = tracer.span_processor
-        self._ids = tracer.id_generator
-        self._resource = tracer.resource
-        info = tracer.instrumentation_info  # the tracer's scope (equal, so grouped with it)
-        self._scope = InstrumentationScope(info.name, info.version, info.schema_url)
-
-    def emit(
-        self,
-        name: str,
-        parent: Any,
-        started_ns: int,
-        ended_ns: int,
-        attributes: Mapping[str, Any] | None,
-        links: Sequence[Any],
-    ) -> Any:
-        """Record the span ``name`` under ``parent`` (a span context) and return it."""
-        context = self._context(
-            parent.trace_id,
-            self._ids.generate_span_id(),
-            False,
-            parent.trace_flags,
-            parent.trace_state,
-        )
-        span = self._readable(
-            name,
-            context,
-            parent,
-            self._resource,
-            dict(attributes) if attributes else None,
-            (),
-            tuple(links),
-            self._internal,
-            start_time=started_ns,
-            end_time=ended_ns,
-            instrumentation_scope=self._scope,
-        )
-        self._processor.on_end(span)
-        return span
 
 
 def trace_id_of(context: Any) -> str:

@@ -249,11 +249,6 @@ class Tracing:
         link = Link(self._trace.get_current_span(context).get_span_context())
         return self._tracer.start_span(name, context, self._internal, attributes, [link])
 
-    def failed(self, span: Any, error: BaseException) -> None:
-        """Mark ``span`` failed with ``error``."""
-        span.record_exception(error)
-        span.set_status(self._error)
-
     def trace_id(self, context: Any) -> str:
         """The trace id (32 hex digits) of the span in ``context``; "" for none."""
         ids = self.ids(context)

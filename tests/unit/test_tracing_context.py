@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import get_current_span
 
 from servinglib.serve.tracing_setup import tracing_wanted
+from servinglib.serving.finished_spans import ServerSpan
 from servinglib.serving.tracing import Tracing
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -39,7 +41,7 @@ def test_the_parent_comes_from_w3c_or_b3_headers(
     assert parent_of(headers) == parent
 
 
-def test_a_malformed_traceparent_starts_a_new_trace() -> None:
+def test_a_malformed_traceparent_is_no_parent() -> None:
     assert parent_of({"traceparent": "00-nothex-00f067aa0ba902b7-01"}) == (
         "0" * 32,
         "0" * 16,
@@ -59,3 +61,39 @@ def test_a_malformed_traceparent_starts_a_new_trace() -> None:
 )
 def test_tracing_is_on_only_with_an_otlp_endpoint(environ: dict[str, str], wanted: bool) -> None:
     assert tracing_wanted(environ) is wanted
+
+
+def _server_span(headers: dict[str, str], ratio: float) -> ServerSpan | None:
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_ON))  # as servinglib configures it
+    span, context = Tracing(provider.get_tracer("test"), ratio).start_request(
+        headers.get, "POST /infer", "infer"
+    )
+    assert (span is None) == (context is None)
+    if span is not None:
+        assert isinstance(span, ServerSpan)
+        assert get_current_span(context).get_span_context() == span.context
+    return span
+
+
+def test_parent_based_sampling_follows_the_caller_and_the_ratio_decides_roots() -> None:
+    sampled = {"traceparent": f"00-{TRACE}-{SPAN}-01", "tracestate": "vendor=1"}
+    child = _server_span(sampled, 0.0)  # the caller sampled it: traced whatever the ratio
+    assert child is not None
+    assert child.parent is not None
+    assert f"{child.context.trace_id:032x}" == TRACE
+    assert f"{child.parent.span_id:016x}" == SPAN
+    assert child.context.span_id not in (0, child.parent.span_id)
+    assert child.context.trace_flags.sampled
+    assert child.context.trace_state.to_header() == "vendor=1"
+    assert _server_span({"traceparent": f"00-{TRACE}-{SPAN}-00"}, 1.0) is None  # caller: no
+    assert _server_span({}, 0.0) is None
+    root = _server_span({}, 1.0)
+    assert root is not None
+    assert root.parent is None
+    assert root.context.trace_id != 0
+    assert root.context.trace_flags.sampled
+    malformed = {"traceparent": "00-nothex-00f067aa0ba902b7-01"}
+    assert _server_span(malformed, 0.0) is None  # a root like any other: the ratio decides
+    again = _server_span(malformed, 1.0)
+    assert again is not None
+    assert again.parent is None

@@ -138,6 +138,7 @@ class InferProtocol(JsonProtocol):
             waited_s=head.waited_s,
             trace=head.trace,
             priority=request_priority(body.get("priority")),
+            wire_bytes=len(raw),
         )
         return request, None
 
@@ -210,6 +211,7 @@ class V2Protocol(JsonProtocol):
             waited_s=head.waited_s,
             trace=head.trace,
             priority=request_priority(decoded.parameters.get("priority")),
+            wire_bytes=len(raw),
         )
         return request, decoded
 

@@ -32,8 +32,6 @@ class PredictionLogs:
         self.loggers = tuple(loggers)
         self._rates = [logger.sample_rate for logger in self.loggers]
         self._everything = all(rate >= 1.0 for rate in self._rates)  # no draw to make
-        # One log that keeps everything (the usual setup): records go straight to it.
-        self._only = self.loggers[0] if self._everything and len(self.loggers) == 1 else None
 
     def sampled(self) -> bool:
         """True: each log draws per request id in :meth:`record`."""
@@ -48,8 +46,6 @@ class PredictionLogs:
     def record(self, answer: AnsweredPrediction) -> bool:
         """Queue ``answer`` in every log that samples its request id; False when one of
         them dropped it."""
-        if self._only is not None:
-            return self._only.record(answer)
         kept = [logger.record(answer) for logger in self._takers(answer.request_id)]
         return all(kept)
 
@@ -79,7 +75,8 @@ def open_logs(
     metrics: ServingMetrics,
     input_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> PredictionLogger | PredictionLogs:
-    """The SQL log alone (as before sinks existed), or every configured log fanned out."""
+    """The one configured log when it keeps every answer (the SQL log alone, as before
+    sinks existed, or one sink), else every configured log fanned out."""
     sql = None
     if config.url is not None:
         sql = PredictionLogger(
@@ -96,4 +93,6 @@ def open_logs(
         loggers.append(
             SinkLogger(sink, open_event_sink(sink, input_schemas), f"servinglib/{service}", metrics)
         )
+    if len(loggers) == 1 and loggers[0].sample_rate >= 1.0:
+        return loggers[0]  # one log of every answer (the usual setup): nothing to fan out
     return PredictionLogs(loggers)

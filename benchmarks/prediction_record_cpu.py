@@ -84,7 +84,6 @@ def measure(broker: Broker, workdir: Path, records: int, rounds: int) -> dict[st
                             {"sum": 8.0},
                             0.25,
                             *tracing.trace_ids_of(None),
-                            features_bytes=len(BODY),
                         )
                     )
             request_path = time.thread_time() - thread

@@ -138,7 +138,6 @@ class InferProtocol(JsonProtocol):
             waited_s=head.waited_s,
             trace=head.trace,
             priority=request_priority(body.get("priority")),
-            wire_bytes=len(raw),
         )
         return request, None
 
@@ -211,7 +210,6 @@ class V2Protocol(JsonProtocol):
             waited_s=head.waited_s,
             trace=head.trace,
             priority=request_priority(decoded.parameters.get("priority")),
-            wire_bytes=len(raw),
         )
         return request, decoded
 

@@ -236,10 +236,7 @@ class PredictionLogger:
         Features or an output larger than ``max_record_bytes`` are replaced by a summary
         (counted as truncated); the buffer holds at most ``max_buffer_bytes``.
         """
-        features_bytes = record.features_bytes  # the request body's size, when it had one
-        if features_bytes is None:
-            features_bytes = approx_bytes(record.features)
-        output_bytes = approx_bytes(record.output)
+        features_bytes, output_bytes = approx_bytes(record.features), approx_bytes(record.output)
         if features_bytes > self._max_record_bytes or output_bytes > self._max_record_bytes:
             record, size = self._truncated(record, features_bytes, output_bytes)
         else:
@@ -260,7 +257,7 @@ class PredictionLogger:
         if output_bytes > limit:
             output, output_bytes = summary(output, output_bytes), 256
         self._on_truncated(1)
-        bounded = replace(record, features=features, output=output, features_bytes=None)
+        bounded = replace(record, features=features, output=output)
         return bounded, 256 + features_bytes + output_bytes
 
     def _write_loop(self) -> None:

@@ -20,9 +20,7 @@ class AnsweredPrediction:
 
     ``trace_id`` (32 hex digits) and ``span_id`` (16) name the answer's span when the
     request is traced, else None; ``shadow_of`` is the primary version when a shadow copy
-    answered; ``logged_at`` is when it answered (seconds since the epoch: now);
-    ``features_bytes`` is the size of the request body that carried the features, when
-    one did (the log's size estimate of ``features``; else it measures them).
+    answered; ``logged_at`` is when it answered (seconds since the epoch: now).
 
     A value: never changed once built, since every log of the fan-out holds the same one
     (a log that must change it, to truncate, keeps a copy). It is not ``frozen``: a frozen
@@ -44,7 +42,6 @@ class AnsweredPrediction:
     span_id: str | None = None
     shadow_of: str | None = None
     logged_at: float = field(default_factory=time.time)
-    features_bytes: int | None = None
 
     @property
     def traceparent(self) -> str | None:

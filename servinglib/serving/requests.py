@@ -44,9 +44,6 @@ class InferenceRequest:
             or the request is not sampled): see :mod:`servinglib.serving.tracing`.
         lane: the model's lane, when the front end looked it up already (its routing
             header, a version in the path): the service looks it up only when None.
-        wire_bytes: the size of the body that carried ``inputs``, when a front end read
-            one: the prediction log takes it as the size of the logged features instead of
-            measuring them on the request path.
     """
 
     model: str
@@ -62,7 +59,6 @@ class InferenceRequest:
     waited_s: float = 0.0
     trace: Any = None
     lane: Lane | None = field(default=None, compare=False, repr=False)
-    wire_bytes: int | None = None
 
 
 @dataclass(frozen=True)

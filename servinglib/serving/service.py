@@ -329,7 +329,6 @@ class InferenceService:
                     output,
                     elapsed * 1000,
                     *tracing.trace_ids_of(request.trace),
-                    features_bytes=request.wire_bytes,
                 )
             )
         if self._shadows is not None:

@@ -303,37 +303,3 @@ def test_postgres_log_of_an_older_release_gains_trace_id() -> None:
         versions = connection.execute("SELECT version FROM servinglib_schema").fetchall()
     assert found == [("old", None)] + [("r7", f"{7:032x}")] * 4
     assert versions == [(SCHEMA_VERSION,)]
-
-
-def test_the_request_body_size_stands_for_the_features_size() -> None:
-    """A front end that read a body passes its size: the log takes it, without measuring."""
-    truncated: list[int] = []
-
-    class Rows:
-        def __init__(self) -> None:
-            self.rows: list[tuple[Any, ...]] = []
-
-        def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
-            self.rows.extend(rows)
-
-        def close(self) -> None:
-            pass
-
-    sink = Rows()
-    config = PredictionLogConfig(url="", max_record_bytes=1024, flush_interval_ms=5)
-    logger = PredictionLogger(config, sink, on_truncated=truncated.append)
-    small = {"x": [1.0] * 4}
-    assert logger.record(
-        AnsweredPrediction("wire", "m", "1", small, {"y": 1}, 1.0, features_bytes=4096)
-    )
-    assert logger.record(AnsweredPrediction("measured", "m", "1", small, {"y": 1}, 1.0))
-    logger.close()
-    kept = {row[0]: row for row in sink.rows}
-    assert sum(truncated) == 1
-    assert json.loads(kept["wire"][5]) == {
-        "truncated": True,
-        "type": "dict",
-        "approx_bytes": 4096,
-        "keys": ["x"],
-    }
-    assert json.loads(kept["measured"][5]) == small

@@ -187,7 +187,8 @@ def flush_logs(timeout_s: float = 5.0) -> None:
 
 
 def configure_logging(level: str = "info", log_format: str = "json") -> None:
-    """Send every servinglib log to stderr at ``level``, as JSON lines or readable text.
+    """Send every servinglib log (and the OpenTelemetry SDK's warnings) to stderr at ``level``,
+    as JSON lines or readable text.
 
     ``log_format`` is ``json``, ``text`` or ``auto`` (text when stderr is a terminal).
     Lines are written by a background thread (see :class:`_LineWriter`), so a request never
@@ -202,3 +203,9 @@ def configure_logging(level: str = "info", log_format: str = "json") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # The OpenTelemetry SDK's warnings (a collector that cannot be reached, a full span
+    # queue) go out as the same lines, not as Python's bare last-resort text.
+    sdk = logging.getLogger("opentelemetry")
+    sdk.handlers[:] = [handler]
+    sdk.setLevel(max(logging.WARNING, root.level))
+    sdk.propagate = False

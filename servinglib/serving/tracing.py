@@ -50,6 +50,7 @@ ACTIVE: Tracing | None = None
 
 _B3_SINGLE = "b3"
 _B3_HEADERS = ("x-b3-traceid", "x-b3-spanid", "x-b3-sampled")
+_MAX_HEADER = 512  # the longest traceparent or tracestate OpenTelemetry reads
 
 
 class Tracing:
@@ -281,12 +282,16 @@ def trace_ids_of(context: Any, span: Any = None) -> tuple[str | None, str | None
 
 
 def _carrier(header: Header) -> dict[str, str] | None:
-    """The W3C headers of a request (B3 ones translated), or None without any."""
+    """The W3C headers of a request (B3 ones translated), or None without any.
+
+    Headers longer than OpenTelemetry reads (512 characters) are left out here, so that a
+    caller cannot make every request log OpenTelemetry's warning about them.
+    """
     traceparent = header("traceparent") or _b3_traceparent(header)
-    if not traceparent:
+    if not traceparent or len(traceparent) > _MAX_HEADER:
         return None
     tracestate = header("tracestate")
-    if tracestate:
+    if tracestate and len(tracestate) <= _MAX_HEADER:
         return {"traceparent": traceparent, "tracestate": tracestate}
     return {"traceparent": traceparent}
 

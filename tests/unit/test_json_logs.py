@@ -96,6 +96,26 @@ def test_auto_is_json_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPa
     assert json.loads(stream.getvalue())["message"] == "hello"
 
 
+def test_the_opentelemetry_sdks_warnings_are_json_lines_and_its_info_is_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+
+    from servinglib.monitoring.logs import configure_logging, flush_logs
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    configure_logging("info", "json")
+    exporter = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    exporter.info("not shown")
+    exporter.warning("Transient error %s encountered while exporting span batch", "Conflict")
+    flush_logs()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["level"], line["message"]) for line in lines] == [
+        ("warning", "Transient error Conflict encountered while exporting span batch")
+    ]
+
+
 def _record_of_a_chained_error() -> logging.LogRecord:
     try:
         try:

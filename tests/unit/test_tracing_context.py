@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
@@ -97,3 +99,26 @@ def test_parent_based_sampling_follows_the_caller_and_the_ratio_decides_roots() 
     again = _server_span(malformed, 1.0)
     assert again is not None
     assert again.parent is None
+
+
+def test_headers_longer_than_opentelemetry_reads_are_left_out_without_a_log_line() -> None:
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    sdk = logging.getLogger("opentelemetry")
+    sdk.addHandler(handler)
+    try:
+        _read_long_headers()
+    finally:
+        sdk.removeHandler(handler)
+    assert records == []
+
+
+def _read_long_headers() -> None:
+    long_parent = f"00-{TRACE}-{SPAN}-01-" + "x" * 600
+    assert parent_of({"traceparent": long_parent}) is None
+    state = ",".join(f"k{i}=v" for i in range(200))  # 1,289 characters
+    child = _server_span({"traceparent": f"00-{TRACE}-{SPAN}-01", "tracestate": state}, 0.0)
+    assert child is not None
+    assert f"{child.context.trace_id:032x}" == TRACE  # the parent is kept, its state is not
+    assert child.context.trace_state.to_header() == ""

@@ -248,12 +248,12 @@ def worker_exit(server: Any, worker: Any) -> None:
         shutdown = extensions.get("servinglib.shutdown") if isinstance(extensions, dict) else None
         if callable(shutdown):
             shutdown()
+    from servinglib.monitoring.logs import flush_logs
     from servinglib.serve.tracing_setup import stop_tracing
 
-    stop_tracing()  # the spans still buffered, shadow copies' included
-    from servinglib.monitoring.logs import flush_logs
-
-    flush_logs()  # the access-log lines of the last requests
+    flush_logs()  # the access-log lines of the last requests, before anything that may wait
+    stop_tracing()  # the spans still buffered, shadow copies' included (10 s at most)
+    flush_logs()  # what stopping the tracing logged
 
 
 def child_exit(server: Any, worker: Any) -> None:

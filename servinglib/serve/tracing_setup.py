@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 from servinglib.errors import ConfigError
@@ -37,6 +38,7 @@ _DEFAULT_SAMPLER = "parentbased_traceidratio"
 
 class _State:
     provider: Any = None
+    exporter: Any = None
 
 
 def tracing_wanted(environ: dict[str, str] | None = None) -> bool:
@@ -79,7 +81,7 @@ def start_tracing() -> bool:
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "servinglib")})
     provider = TracerProvider(sampler=sampler, resource=_hashed_once(resource))
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    _State.provider = provider
+    _State.provider, _State.exporter = provider, exporter
     tracing.ACTIVE = tracing.Tracing(provider.get_tracer("servinglib"), root_ratio)
     return True
 
@@ -131,16 +133,42 @@ def _root_ratio() -> float | None:
 
 
 def stop_tracing(timeout_s: float = 10.0) -> None:
-    """Export the spans still buffered and stop the export thread (graceful shutdown)."""
+    """Export the spans still buffered and stop the export thread (graceful shutdown), for
+    at most ``timeout_s``.
+
+    The SDK's own shutdown has no bound: with the collector unreachable, its last exports
+    retry for up to ``OTEL_EXPORTER_OTLP_TIMEOUT`` each, and a worker held that way past
+    gunicorn's graceful timeout is killed before it writes its last log lines. After
+    ``timeout_s`` the exporter is stopped (its retries end) and what is left is dropped.
+    """
     provider, _State.provider = _State.provider, None
+    exporter, _State.exporter = _State.exporter, None
     tracing.ACTIVE = None
     if provider is None:
         return
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            provider.force_flush(int(timeout_s * 1000))
+            provider.shutdown()
+        except Exception:
+            log.warning("flushing traces failed", exc_info=True)
+        finally:
+            done.set()
+
+    threading.Thread(target=stop, name="servinglib-tracing-stop", daemon=True).start()
+    if done.wait(timeout_s):
+        return
+    log.warning(
+        "tracing: the spans still buffered were not exported within %.0f s (is the OTLP "
+        "collector reachable?); they are dropped",
+        timeout_s,
+    )
     try:
-        provider.force_flush(int(timeout_s * 1000))
-        provider.shutdown()
+        exporter.shutdown()  # ends its retries, so the stopping thread finishes soon
     except Exception:
-        log.warning("flushing traces failed", exc_info=True)
+        log.warning("stopping the span exporter failed", exc_info=True)
 
 
 def _exporter() -> Any:

@@ -368,3 +368,40 @@ def test_the_error_line_of_a_failing_model_carries_the_trace_id(
     spans = otlp_receiver.wait_for("tracing-main", lambda s: "POST /infer" in of_trace(s, trace_id))
     (root,) = of_trace(spans, trace_id)["POST /infer"]
     assert root.attributes["http.response.status_code"] == 500
+
+
+def test_an_unreachable_collector_holds_a_stopping_worker_10_s_at_most(tmp_path: Path) -> None:
+    """The SDK's shutdown retries each last export for its timeout: three batches held the
+    workers until gunicorn's graceful timeout (30 s) killed them, before their last log
+    lines. servinglib bounds it: 10 s, then the spans left are dropped, and said so."""
+    nobody = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
+    shutil.copytree(FIXTURE, tmp_path / "service")
+    live = launch(
+        tmp_path / "service" / "servinglib.yaml",
+        tmp_path,
+        "--workers",
+        "2",
+        env={
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": nobody,
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "10",
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "1.0",
+            "OTEL_BSP_SCHEDULE_DELAY": "600000",  # everything waits for the exit's flush
+        },
+    )
+    try:
+        with requests.Session() as session:
+            for _ in range(600):  # about 3,000 spans: a full queue, four export batches
+                body = {"model_id": "scorer", "features": {"x": 1.0}}
+                assert session.post(f"{live.url}/infer", json=body, timeout=30).ok
+        started = time.monotonic()
+        live.process.terminate()
+        live.process.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        stop(live.process)
+    print(f"figures: the master exited {took:.1f} s after SIGTERM")
+    assert took < 25, f"{took:.1f} s: a worker waited for the collector past the 10 s bound"
+    log = live.log()
+    assert "were not exported within 10 s (is the OTLP collector reachable?)" in log
+    assert log.count('"logger": "servinglib.access"') == 600 + log.count('"path": "/readyz"')

@@ -5,11 +5,18 @@ is acknowledged within ``delivery_timeout_ms``. Otherwise the batch goes to the 
 sent again later, so a message may arrive twice: consumers deduplicate on the event ``id``
 (at-least-once delivery). Keys are request ids, so one request's primary and shadow
 answers land in the same partition.
+
+librdkafka's own log lines (a refused connection, every reconnect while the cluster is
+down) go to the ``servinglib.prediction_log.librdkafka`` logger, so they are the server's
+JSON lines, and at most one every 30 s, which says how many it held back; without it they
+are printed raw on stderr, several a second during an outage.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +29,34 @@ if TYPE_CHECKING:
 __all__ = ["KafkaSink", "producer_settings"]
 
 _POLL_S = 0.05
+_LIBRDKAFKA_LINE_EVERY_S = 30.0
+
+
+class _OnePer(logging.Filter):
+    """Passes one record per ``seconds``; the next one passed says how many were held."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._seconds = seconds
+        self._next = 0.0
+        self._held = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            self._held += 1
+            return False
+        self._next = now + self._seconds
+        if self._held:
+            args = record.args if isinstance(record.args, tuple) else ()
+            record.msg = f"{record.msg} (%d more librdkafka lines in the last %.0f s not shown)"
+            record.args = (*args, self._held, self._seconds)
+            self._held = 0
+        return True
+
+
+_LIBRDKAFKA_LOG = logging.getLogger("servinglib.prediction_log.librdkafka")
+_LIBRDKAFKA_LOG.addFilter(_OnePer(_LIBRDKAFKA_LINE_EVERY_S))
 
 
 def producer_settings(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,7 +126,12 @@ class KafkaSink:
         if self._producer is None:
             self._fatal = self._disrupted = None
             self._producer = self._kafka.Producer(
-                {**self._settings, "error_cb": self._on_error, "on_delivery": self._on_delivery}
+                {
+                    **self._settings,
+                    "error_cb": self._on_error,
+                    "on_delivery": self._on_delivery,
+                    "logger": _LIBRDKAFKA_LOG,  # served by poll() and flush()
+                }
             )
         return self._producer
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
@@ -230,8 +231,23 @@ def test_kafka_sink_delivers_cloudevents_keyed_by_request_id(
 
 
 def test_kafka_sink_spools_while_the_broker_is_unreachable(
-    tmp_path: Path, kafka_broker: Any
+    tmp_path: Path, kafka_broker: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    lines: list[logging.LogRecord] = []
+    librdkafka = logging.getLogger("servinglib.prediction_log.librdkafka")
+    handler = logging.Handler()
+    handler.emit = lines.append  # type: ignore[method-assign]
+    librdkafka.addHandler(handler)
+    try:
+        _spool_through_an_outage(tmp_path, kafka_broker)
+    finally:
+        librdkafka.removeHandler(handler)
+    # librdkafka's reconnect lines: logged through servinglib, at most one per 30 s
+    assert "%3|" not in capfd.readouterr().err
+    assert 1 <= len(lines) <= 2, [line.getMessage() for line in lines]
+
+
+def _spool_through_an_outage(tmp_path: Path, kafka_broker: Any) -> None:
     topic = kafka_broker.topic()
     counts = Counts()
     config = sink_config(

@@ -21,7 +21,6 @@ Fixtures:
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -86,12 +85,9 @@ def _logs_to_pytest() -> None:
     Written to stderr by the background writer, request-log lines would land after pytest's
     summary; pytest's log capture keeps them with the test that caused them.
     """
-    from servinglib.monitoring.logs import flush_logs
+    from servinglib.monitoring.logs import release_logging
 
-    flush_logs()
-    logger = logging.getLogger("servinglib")
-    logger.handlers.clear()
-    logger.propagate = True
+    release_logging()
 
 
 @pytest.fixture

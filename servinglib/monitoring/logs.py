@@ -19,7 +19,7 @@ from typing import Any
 
 from servinglib.lifecycle.tracebacks import format_exception
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "flush_logs"]
+__all__ = ["JsonFormatter", "TextFormatter", "configure_logging", "flush_logs", "release_logging"]
 
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -187,7 +187,7 @@ def flush_logs(timeout_s: float = 5.0) -> None:
 
 
 def configure_logging(level: str = "info", log_format: str = "json") -> None:
-    """Send every servinglib log (and the OpenTelemetry SDK's warnings) to stderr at ``level``,
+    """Send every servinglib log to stderr at ``level`` (other libraries' from warnings up),
     as JSON lines or readable text.
 
     ``log_format`` is ``json``, ``text`` or ``auto`` (text when stderr is a terminal).
@@ -203,9 +203,24 @@ def configure_logging(level: str = "info", log_format: str = "json") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
-    # The OpenTelemetry SDK's warnings (a collector that cannot be reached, a full span
-    # queue) go out as the same lines, not as Python's bare last-resort text.
-    sdk = logging.getLogger("opentelemetry")
-    sdk.handlers[:] = [handler]
-    sdk.setLevel(max(logging.WARNING, root.level))
-    sdk.propagate = False
+    # Other libraries' warnings and errors (the OpenTelemetry SDK's unreachable collector,
+    # urllib3, object-store clients) reach the root logger: they go out as the same lines,
+    # not as Python's bare last-resort text.
+    outside = _QueueingHandler(stream)
+    outside.setFormatter(handler.formatter)
+    outside.setLevel(logging.WARNING)
+    top = logging.getLogger()
+    top.handlers[:] = [h for h in top.handlers if not isinstance(h, _QueueingHandler)]
+    top.addHandler(outside)
+
+
+def release_logging() -> None:
+    """Undo :func:`configure_logging` after writing what is queued: servinglib's records
+    propagate to the root logger again, which loses the handler it was given (so that a
+    test runner's log capture keeps every record)."""
+    flush_logs()
+    logger = logging.getLogger("servinglib")
+    logger.handlers.clear()
+    logger.propagate = True
+    top = logging.getLogger()
+    top.handlers[:] = [h for h in top.handlers if not isinstance(h, _QueueingHandler)]

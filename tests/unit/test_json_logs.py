@@ -96,7 +96,7 @@ def test_auto_is_json_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPa
     assert json.loads(stream.getvalue())["message"] == "hello"
 
 
-def test_the_opentelemetry_sdks_warnings_are_json_lines_and_its_info_is_quiet(
+def test_other_libraries_warnings_are_json_lines_and_their_info_is_quiet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import io
@@ -109,10 +109,15 @@ def test_the_opentelemetry_sdks_warnings_are_json_lines_and_its_info_is_quiet(
     exporter = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
     exporter.info("not shown")
     exporter.warning("Transient error %s encountered while exporting span batch", "Conflict")
+    logging.getLogger("urllib3.connectionpool").warning("Connection pool is full")
+    configure_logging("info", "json")  # again (each worker does): still one line each
+    logging.getLogger("botocore.credentials").error("no credentials")
     flush_logs()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(line["level"], line["message"]) for line in lines] == [
-        ("warning", "Transient error Conflict encountered while exporting span batch")
+        ("warning", "Transient error Conflict encountered while exporting span batch"),
+        ("warning", "Connection pool is full"),
+        ("error", "no credentials"),
     ]
 
 

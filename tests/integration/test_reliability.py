@@ -185,6 +185,7 @@ def test_a_signal_to_the_master_drains_and_loses_no_row(tmp_path: Path, signum: 
     server = launch(config, tmp_path, "--workers", "2")
     answered: list[str] = []
     failures: Counter[str] = Counter()
+    errors: list[str] = []
 
     def client(first: int) -> None:
         with requests.Session() as session:  # kept-alive connections, as a proxy keeps them
@@ -198,6 +199,7 @@ def test_a_signal_to_the_master_drains_and_loses_no_row(tmp_path: Path, signum: 
                     )
                 except requests.ConnectionError as e:
                     failures[connection_failure(e)] += 1
+                    errors.append(f"req-{i}: {e}")
                     return  # the server is gone for this client
                 if response.status_code != 200:
                     failures[str(response.status_code)] += 1
@@ -220,7 +222,7 @@ def test_a_signal_to_the_master_drains_and_loses_no_row(tmp_path: Path, signum: 
     with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
         logged = {row[0] for row in db.execute("SELECT request_id FROM predictions")}
     assert set(answered) <= logged, f"{len(set(answered) - logged)} answers have no row"
-    assert set(failures) <= {"refused", "closed"}, failures  # 0 resets
+    assert set(failures) <= {"refused", "closed"}, (failures, errors)  # 0 resets
 
 
 @pytest.mark.parametrize("worker", ["asyncio", "gthread"])

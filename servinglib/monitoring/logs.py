@@ -209,9 +209,7 @@ def configure_logging(level: str = "info", log_format: str = "json") -> None:
     outside = _QueueingHandler(stream)
     outside.setFormatter(handler.formatter)
     outside.setLevel(logging.WARNING)
-    top = logging.getLogger()
-    top.handlers[:] = [h for h in top.handlers if not isinstance(h, _QueueingHandler)]
-    top.addHandler(outside)
+    _release_root().addHandler(outside)
 
 
 def release_logging() -> None:
@@ -222,5 +220,11 @@ def release_logging() -> None:
     logger = logging.getLogger("servinglib")
     logger.handlers.clear()
     logger.propagate = True
+    _release_root()
+
+
+def _release_root() -> logging.Logger:
+    """The root logger, without the handler :func:`configure_logging` gave it."""
     top = logging.getLogger()
     top.handlers[:] = [h for h in top.handlers if not isinstance(h, _QueueingHandler)]
+    return top

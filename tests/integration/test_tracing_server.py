@@ -370,24 +370,22 @@ def test_the_error_line_of_a_failing_model_carries_the_trace_id(
     assert root.attributes["http.response.status_code"] == 500
 
 
-def test_an_unreachable_collector_holds_a_stopping_worker_10_s_at_most(tmp_path: Path) -> None:
+def test_an_unreachable_collector_holds_a_stopping_worker_10_s_at_most(
+    tmp_path: Path, otlp_receiver: OtlpReceiver
+) -> None:
     """The SDK's shutdown retries each last export for its timeout: three batches held the
     workers until gunicorn's graceful timeout (30 s) killed them, before their last log
     lines. servinglib bounds it: 10 s, then the spans left are dropped, and said so."""
     nobody = f"http://127.0.0.1:{free_port()}/v1/traces"  # nothing listens there
-    shutil.copytree(FIXTURE, tmp_path / "service")
-    live = launch(
-        tmp_path / "service" / "servinglib.yaml",
+    live = serve(
         tmp_path,
-        "--workers",
-        "2",
-        env={
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": nobody,
-            "OTEL_EXPORTER_OTLP_TIMEOUT": "10",
-            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
-            "OTEL_TRACES_SAMPLER_ARG": "1.0",
-            "OTEL_BSP_SCHEDULE_DELAY": "600000",  # everything waits for the exit's flush
-        },
+        otlp_receiver,
+        "tracing-unreachable",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=nobody,  # instead of the receiver's
+        OTEL_EXPORTER_OTLP_TIMEOUT="10",
+        OTEL_TRACES_SAMPLER="parentbased_traceidratio",
+        OTEL_TRACES_SAMPLER_ARG="1.0",
+        OTEL_BSP_SCHEDULE_DELAY="600000",  # everything waits for the exit's flush
     )
     try:
         with requests.Session() as session:

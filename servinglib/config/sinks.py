@@ -24,7 +24,9 @@ BUFFER_KEYS = (
     "flush_interval_ms",
 )
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "kafka": {"batch_size": 2000, "flush_interval_ms": 1000},
+    # Kafka: room for about 10 s of a busy worker's answers while the writer waits for a
+    # broker that stopped answering (the delivery timeout, then a 2 s metadata check)
+    "kafka": {"batch_size": 2000, "flush_interval_ms": 1000, "max_buffer": 50000},
     "parquet": {"batch_size": 50000, "flush_interval_ms": 60000},
 }
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["KafkaSink", "producer_settings"]
 
 _POLL_S = 0.05
+_ACK_POLL_S = 0.1  # how often a writer waiting for acknowledgements looks for errors
 _LIBRDKAFKA_LINE_EVERY_S = 30.0
 
 
@@ -175,7 +176,7 @@ class KafkaSink:
             if self._suspect:  # fail in a second or two instead of a whole delivery timeout
                 producer.list_topics(self._topic, timeout=min(2.0, self._timeout_s))
             queue(producer)
-            left: int = producer.flush(self._timeout_s + 1)
+            left = self._acknowledged(producer)
         except Exception:
             self._discard()
             raise
@@ -192,6 +193,19 @@ class KafkaSink:
                 f"acknowledged ({first or 'delivery timed out'})"
             )
         self._suspect = False
+
+    def _acknowledged(self, producer: Any) -> int:
+        """Wait for the acknowledgement of everything queued; the number left unanswered.
+
+        Waits at most the delivery timeout, and no longer once the producer reported an
+        error (its batch counts as failed anyway): while the writer waits here, a busy
+        server's answers fill the memory buffer.
+        """
+        deadline = time.monotonic() + self._timeout_s + 1
+        left: int = producer.flush(_ACK_POLL_S)
+        while left and self._disrupted is None and time.monotonic() < deadline:
+            left = producer.flush(_ACK_POLL_S)
+        return left
 
     def _queue_answers(
         self, producer: Any, answers: Sequence[AnsweredPrediction], source: str

@@ -247,6 +247,22 @@ def test_kafka_sink_spools_while_the_broker_is_unreachable(
     assert 1 <= len(lines) <= 2, [line.getMessage() for line in lines]
 
 
+def test_a_batch_meeting_an_unreachable_broker_fails_at_once_not_at_the_delivery_timeout() -> None:
+    # While the writer waits for acknowledgements, a busy server's answers fill the memory
+    # buffer: waiting out the delivery timeout for a broker that refuses loses records.
+    from tests.conftest import free_port
+
+    options = {"bootstrap_servers": f"127.0.0.1:{free_port()}", "delivery_timeout_ms": 30_000}
+    sink = KafkaSink("predictions", options)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="not acknowledged"):
+        sink.write_answers([record(i) for i in range(50)], "servinglib/svc")
+    took = time.monotonic() - started
+    sink.close()
+    print(f"figures: a batch for a refusing broker failed after {took:.1f} s")
+    assert took < 15, f"the batch failed after {took:.1f} s: at the delivery timeout"
+
+
 def _spool_through_an_outage(tmp_path: Path, kafka_broker: Any) -> None:
     topic = kafka_broker.topic()
     counts = Counts()

@@ -261,6 +261,25 @@ def scenario_overload(seconds: float, workdir: Path) -> list[LoadResult]:
 HEADER = "| setup | concurrency | requests/s | p50 ms | p95 ms | p99 ms | statuses |\n|---|---|---|---|---|---|---|"
 
 
+def _servinglib_revision() -> str:
+    """The commit measured (the installed metadata's version is fixed when the development
+    install was made, so it names an older commit); the version when git cannot tell."""
+    git = ["git", "-C", str(ROOT)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
+        return version("servinglib")
+    return f"at commit {head}" + (" with local changes" if changed else "")
+
+
 def _machine() -> str:
     cpu = subprocess.run(
         ["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
@@ -270,7 +289,7 @@ def _machine() -> str:
     ).stdout.strip()
     return (
         f"{os.cpu_count()} cores, {cpu or platform.processor()}; Python {platform.python_version()}; "
-        f"servinglib {version('servinglib')}, gunicorn {version('gunicorn')}, Flask {version('flask')}, "
+        f"servinglib {_servinglib_revision()}, gunicorn {version('gunicorn')}, Flask {version('flask')}, "
         f"FastAPI {_version('fastapi')}, uvicorn {_version('uvicorn')}; load generator `hey` on the "
         "same machine"
     )

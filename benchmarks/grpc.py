@@ -1,6 +1,7 @@
 """Open Inference over gRPC beside v2 binary REST, one server, one client: perf_analyzer.
 
     python benchmarks/grpc.py --perf-analyzer DIR [--seconds 2] [--rounds 3] [--no-docs]
+        [--one-connection-per-context] [--async-clients]
 
 ``DIR`` holds ``bin/perf_analyzer`` and ``lib/`` (what ``tests/integration/_tools.py``
 builds into its cache from the tritonclient 2.50.0 wheel). One servinglib server (2 asyncio
@@ -20,6 +21,10 @@ reported beside requests/s. Setups:
   ids, at concurrency 32 and 1;
 * the trivial model (sum of 16 floats, ``benchmarks/services/trivial``, its inputs declared)
   at concurrency 8.
+
+``--async-clients`` runs both clients in perf_analyzer's asynchronous mode (``-a``) and writes
+its own section of the docs: which protocol leads depends on the client's mode, since the
+client shares the server's two cores.
 
 Each round runs every (setup, protocol) once, starting with the other protocol each round;
 each row is the median run, each ratio the median of the per-round ratios gRPC / REST.
@@ -52,6 +57,7 @@ from run import BIN, ROOT, _env, _machine, write_docs
 
 TRIVIAL = ROOT / "benchmarks/services/trivial"
 CLIENT_ENV: dict[str, dict[str, str]] = {"http": {}, "grpc": {}}  # perf_analyzer's defaults
+CLIENT_OPTIONS: list[str] = []  # ["-a"]: both clients in perf_analyzer's asynchronous mode
 ONE_CONNECTION_PER_CONTEXT = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
 TRIVIAL_TENSORS = """    inputs: [{name: values, datatype: FP32, shape: [16]}]
     outputs: [{name: sum, datatype: FP64, shape: [1]}]
@@ -122,6 +128,7 @@ def perf(tool: Path, setup: Setup, address: str, protocol: str, seconds: float) 
             *("-p", str(int(seconds * 1000)), "--max-trials", "8"),
             *("--stability-percentage", "999", "-f", report.name),
             *(formats if protocol == "http" else ()),
+            *CLIENT_OPTIONS,
             *setup.options,
         ]
         env = {**os.environ, "LD_LIBRARY_PATH": str(tool / "lib"), **CLIENT_ENV[protocol]}
@@ -211,10 +218,19 @@ CONNECTIONS = {
 }
 
 
-def render(runs: Runs, command: str, load: tuple[float, float], shared: bool) -> str:
+ASYNC_CLIENTS = (
+    " Both clients in perf_analyzer's asynchronous mode (`-a`): a few threads drive every "
+    "context, instead of a thread per context waiting on each call."
+)
+
+
+def render(
+    runs: Runs, command: str, load: tuple[float, float], shared: bool, name: str = "grpc"
+) -> str:
     lines = [
-        "<!-- bench:grpc:start -->",
-        "### Open Inference over gRPC beside v2 binary REST",
+        f"<!-- bench:{name}:start -->",
+        "### Open Inference over gRPC beside v2 binary REST"
+        + (", asynchronous clients" if CLIENT_OPTIONS else ""),
         "",
         f"Command: `{command}`  ",
         "Machine: "
@@ -225,6 +241,7 @@ def render(runs: Runs, command: str, load: tuple[float, float], shared: bool) ->
         "http` (binary tensors in and out) and `-i grpc` (raw contents) in turns. Each row is "
         "the median run; *gRPC / REST* is the median over rounds of the ratio of requests/s. "
         + CONNECTIONS[shared]
+        + (ASYNC_CLIENTS if CLIENT_OPTIONS else "")
         + " Worker CPU: every server process, from /proc; client CPU: perf_analyzer's; both "
         "per request answered (the server's request counter). The client runs on the same "
         "two cores as the server, so what it spends, the server does not get.",
@@ -237,14 +254,14 @@ def render(runs: Runs, command: str, load: tuple[float, float], shared: bool) ->
         median = sorted(results, key=lambda r: r.rps)[len(results) // 2]
         rest = runs[(label, concurrency, "http")]
         ratio = statistics.median(a.rps / b.rps for a, b in zip(results, rest, strict=True))
-        name = "v2 binary REST" if protocol == "http" else "gRPC"
+        shown = "v2 binary REST" if protocol == "http" else "gRPC"
         lines.append(
-            f"| {label} | {concurrency} | {name} | {median.rps:,.0f} | {ratio:.2f}x | "
+            f"| {label} | {concurrency} | {shown} | {median.rps:,.0f} | {ratio:.2f}x | "
             f"{median.p50_ms:.2f} | {median.p99_ms:.2f} | "
             f"{statistics.median(r.server_us for r in results):,.0f} | "
             f"{statistics.median(r.client_us for r in results):,.0f} |"
         )
-    lines += ["", "<!-- bench:grpc:end -->"]
+    lines += ["", f"<!-- bench:{name}:end -->"]
     return "\n".join(lines)
 
 
@@ -261,16 +278,24 @@ def main() -> int:
         action="store_true",
         help="TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 (the gRPC client's CPU grows)",
     )
+    parser.add_argument(
+        "--async-clients",
+        action="store_true",
+        help="perf_analyzer -a for both protocols (results go to their own docs section)",
+    )
     args = parser.parse_args()
     command = ("python benchmarks/grpc.py " + shlex.join(sys.argv[1:])).strip()
     before = os.getloadavg()[0]
     if args.one_connection_per_context:
         CLIENT_ENV["grpc"] = ONE_CONNECTION_PER_CONTEXT
+    if args.async_clients:
+        CLIENT_OPTIONS.append("-a")
+    name = "grpc-async" if args.async_clients else "grpc"
     runs = measure(args.perf_analyzer, args.seconds, args.rounds)
     load = (before, os.getloadavg()[0])
-    block = render(runs, command, load, not args.one_connection_per_context)
+    block = render(runs, command, load, not args.one_connection_per_context, name)
     if not args.no_docs:
-        write_docs("grpc", block)
+        write_docs(name, block)
     print(block)
     return 0
 

@@ -270,14 +270,14 @@ def _servinglib_revision() -> str:
             [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         changed = subprocess.run(
-            [*git, "status", "--porcelain", "--untracked-files=no"],
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
         return version("servinglib")
-    return f"at commit {head}" + (" with local changes" if changed else "")
+    return f"at commit {head}" + (" with local changes" if changed else "")  # docs aside
 
 
 def _machine() -> str:

@@ -224,9 +224,13 @@ ASYNC_CLIENTS = (
 )
 
 
-def render(
-    runs: Runs, command: str, load: tuple[float, float], shared: bool, name: str = "grpc"
-) -> str:
+def section() -> str:
+    """The docs section of this run's client mode."""
+    return "grpc-async" if CLIENT_OPTIONS else "grpc"
+
+
+def render(runs: Runs, command: str, load: tuple[float, float], shared: bool) -> str:
+    name = section()
     lines = [
         f"<!-- bench:{name}:start -->",
         "### Open Inference over gRPC beside v2 binary REST"
@@ -290,12 +294,11 @@ def main() -> int:
         CLIENT_ENV["grpc"] = ONE_CONNECTION_PER_CONTEXT
     if args.async_clients:
         CLIENT_OPTIONS.append("-a")
-    name = "grpc-async" if args.async_clients else "grpc"
     runs = measure(args.perf_analyzer, args.seconds, args.rounds)
     load = (before, os.getloadavg()[0])
-    block = render(runs, command, load, not args.one_connection_per_context, name)
+    block = render(runs, command, load, not args.one_connection_per_context)
     if not args.no_docs:
-        write_docs(name, block)
+        write_docs(section(), block)
     print(block)
     return 0
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["BodyTimeout", "TimedBody"]
 
@@ -64,8 +64,9 @@ class TimedBody:
     _body_bytes = 0
     _body_timer: asyncio.TimerHandle | None = None
 
-    def _answer_and_close(self, status: bytes, message: str) -> None:
-        raise NotImplementedError  # the protocol's
+    if TYPE_CHECKING:  # the protocol class this is mixed into answers and closes
+
+        def _answer_and_close(self, status: bytes, message: str) -> None: ...
 
     def body_began(self) -> None:
         """A request head is complete: its body, if any, starts now."""

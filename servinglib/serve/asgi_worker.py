@@ -31,6 +31,7 @@ from servinglib.serve.app import worker_from_environment
 from servinglib.serve.balance import ConnectionBalance
 from servinglib.serve.body_timeout import BodyTimeout, TimedBody
 from servinglib.serve.one_write import OneWriteTransport
+from servinglib.serve.ready import report_worker_ready
 from servinglib.serve.settings import connection_cap
 from servinglib.serving.assembly import Worker
 
@@ -117,6 +118,8 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
             self._install_sigquit_handler()
             if self.grpc is not None:
                 await self.grpc.start()
+                if self.serving is not None:
+                    report_worker_ready(self.serving.service.catalog)  # now gRPC listens too
             await server.serve(sockets=self.sockets)
             if not server.started:
                 sys.exit(Arbiter.WORKER_BOOT_ERROR)

@@ -213,6 +213,10 @@ class _ClosedListenerFilter(logging.Filter):
 def post_worker_init(worker: Any) -> None:
     """Worker has loaded the app (and every model): stop the boot heartbeat, report ready.
 
+    A worker that serves gRPC reports ready itself, once its gRPC port is bound (it binds
+    the port when it starts running, after this hook): before, the ready line could name a
+    worker whose gRPC port was not listening yet.
+
     Everything alive now (modules, models, the app) lives as long as the worker, so it is
     moved out of the garbage collector's sight (``gc.freeze``): a full collection otherwise
     walks all of it, about 27 ms on the event loop with MiniLM loaded, every few seconds
@@ -225,7 +229,8 @@ def post_worker_init(worker: Any) -> None:
 
     serving = getattr(worker, "serving", None)  # servinglib's worker classes keep their Worker
     if serving is not None:
-        report_worker_ready(serving.service.catalog)
+        if getattr(worker, "grpc", None) is None:  # else the worker reports once gRPC listens
+            report_worker_ready(serving.service.catalog)
         return
     # A stock gunicorn worker serving servinglib.serve.wsgi:app: the app holds the service.
     extensions = getattr(getattr(worker, "wsgi", None), "extensions", None)

@@ -33,6 +33,7 @@ from servinglib.http._context import log_request, request_id_from
 from servinglib.http.app import create_app
 from servinglib.serve.app import worker_from_environment
 from servinglib.serve.body_timeout import BodyTimeout
+from servinglib.serve.ready import report_worker_ready
 from servinglib.serve.refusals import refusal
 from servinglib.serve.request_framing import RequestFraming, head_end
 from servinglib.serve.thread_connections import GuardedThreadWorker, json_refusal
@@ -76,6 +77,8 @@ class LingeringThreadWorker(GuardedThreadWorker):
         """
         if self.grpc is not None:
             self.grpc.start()
+            if self.serving is not None:
+                report_worker_ready(self.serving.service.catalog)  # now gRPC listens too
         try:
             super().run()
         finally:

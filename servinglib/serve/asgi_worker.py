@@ -117,9 +117,8 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
             server = _DrainingServer(self.config, self.sockets, self.grpc, grace_s)
             self._install_sigquit_handler()
             if self.grpc is not None:
-                await self.grpc.start()
-                if self.serving is not None:
-                    report_worker_ready(self.serving.service.catalog)  # now gRPC listens too
+                await self.grpc.start()  # then ready: its gRPC port listens too
+                report_worker_ready(self.serving.service.catalog if self.serving else None)
             await server.serve(sockets=self.sockets)
             if not server.started:
                 sys.exit(Arbiter.WORKER_BOOT_ERROR)
@@ -129,10 +128,9 @@ class AsyncioWorker(UvicornWorker):  # type: ignore[misc]
 
 
 SHUTDOWN_GRACE_S = 0.1  # how long an idle connection is still read once the worker stops
-# Then the worker half-closes it (FIN) and reads on, discarding, until the client closes or
-# this long: a request the client wrote before it saw the FIN then meets an open socket
-# and the client reads a clean end of stream. Closed outright, the socket would answer
-# that request with a reset, which is what a busy client that wrote late used to get.
+# Then the worker half-closes it (FIN) and discards what arrives until the client closes or
+# this long: a request written before the client saw the FIN reads a clean end of stream,
+# not the reset an outright close answers it with (what a busy client writing late got).
 LINGER_S = 2.0
 
 
@@ -140,10 +138,9 @@ class _DrainingServer(Server):
     """uvicorn's server, which takes in the connections queued on its sockets before it stops.
 
     A connection the kernel completed but no worker accepted yet waits in the listening
-    socket's queue; when the last worker closes that socket, the kernel resets it, and its
-    client, which may have written its request already, reads a reset. So at shutdown the
-    worker first accepts every queued connection, then stops listening, and treats those
-    connections like its others: read for :data:`SHUTDOWN_GRACE_S`, answered, closed.
+    socket's queue; when the last worker closes that socket, the kernel resets it (and its
+    client, which may have written its request, reads a reset). So at shutdown the worker
+    accepts every queued connection, stops listening, and treats those like its others.
     """
 
     def __init__(
